@@ -1,0 +1,272 @@
+"""fairseq glue: an ALiBi transformer language model (no position embeddings).
+
+The decoder builds the causal ALiBi mask once per forward, before the layer loop, from the
+current query and key lengths only, so any batch size and evaluation length work, and
+incremental decoding gets the bias row of each new query over all cached keys.
+"""
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerConfig, TransformerDecoder
+from fairseq.models.transformer_lm import (
+    TransformerLanguageModel,
+    TransformerLanguageModelConfig,
+    transformer_lm_baevski_wiki103,
+)
+from fairseq.modules import AdaptiveInput, MultiheadAttention
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+from fairseq import options
+
+from .alibi import alibi_mask, alibi_slopes
+
+# ALiBi has no position table, so nothing limits the length; fairseq takes the min over limits.
+UNBOUNDED_POSITIONS = 2**31 - 1
+
+
+class AlibiConfigError(SystemExit):
+    """A bad configuration: printed as one line by the fairseq command-line tools, no traceback."""
+
+    def __init__(self, message):
+        super().__init__(f"fairseq_alibi: {message}")
+
+
+def check_alibi_args(args):
+    """Reject configurations that would silently mix ALiBi with something else."""
+    if getattr(args, "decoder_learned_pos", False):
+        raise AlibiConfigError(
+            "--decoder-learned-pos adds position embeddings, which ALiBi replaces: drop the flag "
+            "(for a learned-position baseline use stock --arch transformer_lm)"
+        )
+    heads = getattr(args, "decoder_attention_heads", None)
+    if heads is None or heads < 1:
+        raise AlibiConfigError(f"--decoder-attention-heads must be at least 1, got {heads}")
+    if args.decoder_embed_dim % heads != 0:
+        raise AlibiConfigError(
+            f"--decoder-embed-dim ({args.decoder_embed_dim}) must be divisible by "
+            f"--decoder-attention-heads ({heads})"
+        )
+    if getattr(args, "character_embeddings", False):
+        raise AlibiConfigError("--character-embeddings is not supported: drop the flag")
+    if getattr(args, "cross_self_attention", False):
+        raise AlibiConfigError("--cross-self-attention is not supported by the ALiBi decoder: drop it")
+
+
+class AlibiSelfAttention(MultiheadAttention):
+    """Causal self-attention that takes an additive float mask broadcast over the batch.
+
+    Same parameters (q/k/v/out_proj) and incremental cache layout as fairseq's
+    MultiheadAttention, so checkpoints and beam reordering are unchanged.
+    """
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        need_weights: bool = False,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ):
+        # attn_mask: (heads or batch*heads-broadcastable, T, S) ALiBi + causal mask, built by the
+        # decoder with any key padding already folded in; key_padding_mask is therefore unused.
+        tgt_len, bsz, embed_dim = query.size()
+        q = self.q_proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        k = self.k_proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        v = self.v_proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        if incremental_state is not None:
+            saved_state = self._get_input_buffer(incremental_state)
+            if "prev_key" in saved_state:
+                k = torch.cat([saved_state["prev_key"], k], dim=2)
+                v = torch.cat([saved_state["prev_value"], v], dim=2)
+            saved_state["prev_key"] = k
+            saved_state["prev_value"] = v
+            saved_state["prev_key_padding_mask"] = None
+            self._set_input_buffer(incremental_state, saved_state)
+        dropout = self.dropout_module.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
+        out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
+        return self.out_proj(out), None
+
+
+class AlibiDecoderLayer(TransformerDecoderLayerBase):
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        return AlibiSelfAttention(
+            embed_dim,
+            cfg.decoder.attention_heads,
+            dropout=cfg.attention_dropout,
+            self_attention=True,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+        )
+
+
+class AlibiTransformerDecoder(TransformerDecoder):
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        # A buffer so that .to(device) moves it; not persistent, so checkpoints stay stock-shaped.
+        slopes = torch.tensor(alibi_slopes(args.decoder_attention_heads), dtype=torch.float32)
+        self.register_buffer("alibi_slopes", slopes, persistent=False)
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        cfg = TransformerConfig.from_namespace(cfg)
+        layer = AlibiDecoderLayer(cfg, no_encoder_attn)
+        # Same activation checkpointing / FSDP wrapping as fairseq's own decoder layers.
+        if cfg.checkpoint_activations:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
+        return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+
+    def max_positions(self):
+        return UNBOUNDED_POSITIONS
+
+    def attention_mask(self, query_len: int, key_len: int, dtype, padding_mask: Optional[Tensor]):
+        """ALiBi + causal mask (heads, T, S), computed in fp32, added in the attention dtype.
+
+        Right padding (fairseq's LM batches) needs no mask: padded keys lie in the future of
+        every real query. Any other padding is folded in, giving (batch, heads, T, S).
+        """
+        mask = alibi_mask(self.alibi_slopes, query_len, key_len)
+        if padding_mask is not None and not is_right_padding(padding_mask):
+            pad = padding_mask[:, None, None, :]
+            diagonal = torch.eye(key_len, dtype=torch.bool, device=mask.device)[-query_len:]
+            # A padded query still attends to itself, so that no row is all -inf (NaN).
+            mask = mask.masked_fill(pad & ~diagonal, float("-inf"))
+        return mask.to(dtype)
+
+    def extract_features_scriptable(
+        self,
+        prev_output_tokens,
+        encoder_out: Optional[Dict[str, List[Tensor]]] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        full_context_alignment: bool = False,
+        alignment_layer: Optional[int] = None,
+        alignment_heads: Optional[int] = None,
+    ):
+        if full_context_alignment:
+            raise ValueError("full_context_alignment is not supported by the ALiBi decoder")
+        key_len = prev_output_tokens.size(1)  # in incremental decoding: cached + new tokens
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+        tokens = prev_output_tokens.contiguous()
+
+        x = self.embed_scale * self.embed_tokens(tokens)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+
+        padding_mask = tokens.eq(self.padding_idx) if incremental_state is None else None
+        if padding_mask is not None and not padding_mask.any():
+            padding_mask = None
+        self_attn_mask = self.attention_mask(tokens.size(1), key_len, x.dtype, padding_mask)
+
+        inner_states: List[Optional[Tensor]] = [x]
+        for layer in self.layers:
+            x, _, _ = layer(
+                x, None, None, incremental_state,
+                self_attn_mask=self_attn_mask, self_attn_padding_mask=padding_mask,
+            )
+            inner_states.append(x)
+
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)  # T x B x C -> B x T x C
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x, {"attn": [None], "inner_states": inner_states}
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        # The paper's checkpoints keep the unused sinusoidal buffer of the stock decoder.
+        state_dict.pop(f"{name}.embed_positions._float_tensor", None)
+        return super().upgrade_state_dict_named(state_dict, name)
+
+
+def is_right_padding(padding_mask: Tensor) -> bool:
+    """True if, in every row, padding only appears after the last real token."""
+    return bool((padding_mask.long().cummax(dim=1).values == padding_mask.long()).all())
+
+
+@dataclass
+class AlibiTransformerLanguageModelConfig(TransformerLanguageModelConfig):
+    """fairseq's transformer LM options; position-embedding options are rejected (see
+    check_alibi_args) because ALiBi replaces position embeddings."""
+
+
+@register_model("alibi_transformer_lm", dataclass=AlibiTransformerLanguageModelConfig)
+class AlibiTransformerLanguageModel(TransformerLanguageModel):
+    @classmethod
+    def build_model(cls, args, task):
+        check_alibi_args(args)
+        args.no_token_positional_embeddings = True
+        if args.decoder_layers_to_keep:
+            args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
+        if getattr(args, "max_target_positions", None) is None:
+            args.max_target_positions = UNBOUNDED_POSITIONS
+
+        dictionary = task.source_dictionary
+        if args.adaptive_input:
+            embed_tokens = AdaptiveInput(
+                len(dictionary), dictionary.pad(), args.decoder_input_dim,
+                args.adaptive_input_factor, args.decoder_embed_dim,
+                options.eval_str_list(args.adaptive_input_cutoff, type=int),
+                args.quant_noise_pq, args.quant_noise_pq_block_size,
+            )
+        else:
+            embed_tokens = cls.build_embedding(args, dictionary, args.decoder_input_dim)
+        if args.tie_adaptive_weights and not (
+            args.adaptive_input
+            and args.adaptive_input_factor == args.adaptive_softmax_factor
+            and args.adaptive_softmax_cutoff == args.adaptive_input_cutoff
+            and args.decoder_input_dim == args.decoder_output_dim
+        ):
+            raise AlibiConfigError(
+                "--tie-adaptive-weights needs --adaptive-input with the same cutoff, factor and "
+                "dimension as the adaptive softmax"
+            )
+        return cls(AlibiTransformerDecoder(args, task.target_dictionary, embed_tokens))
+
+
+# `--arch alibi_transformer_lm` is the model's own name: the config defaults, i.e. exactly stock
+# `--arch transformer_lm` (6 layers, d 512, FFN 2048, 8 heads, post-norm) without positions.
+
+
+@register_model_architecture("alibi_transformer_lm", "alibi_transformer_lm_small")
+def alibi_transformer_lm_small(args):
+    """CPU scale: 4 layers, d 256, FFN 1024, 8 heads (head dim 32), pre-norm, tied embeddings.
+
+    Its sinusoidal twin is stock fairseq: `--arch transformer_lm` plus SMALL_TWIN_FLAGS.
+    """
+    args.decoder_layers = getattr(args, "decoder_layers", 4)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 256)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 1024)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
+    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", True)
+    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
+
+
+# Stock fairseq flags giving alibi_transformer_lm_small's dimensions with sinusoidal positions.
+SMALL_TWIN_FLAGS = (
+    "--arch transformer_lm --decoder-layers 4 --decoder-embed-dim 256 --decoder-ffn-embed-dim 1024 "
+    "--decoder-attention-heads 8 --decoder-normalize-before --share-decoder-input-output-embed"
+)
+
+
+@register_model_architecture("alibi_transformer_lm", "alibi_transformer_lm_wiki103")
+def alibi_transformer_lm_wiki103(args):
+    """The paper's 247M model: Baevski & Auli's transformer_lm_wiki103 without positions."""
+    transformer_lm_baevski_wiki103(args)

@@ -1,0 +1,18 @@
+from setuptools import setup
+
+setup(
+    name="fairseq-alibi",
+    version="0.1.0",
+    description="ALiBi (Train Short, Test Long) as a fairseq plugin",
+    packages=["fairseq_alibi"],
+    python_requires=">=3.8",
+    install_requires=[
+        # torch 2.13.0 is what CI and the README install first; any torch 2.x that fairseq accepts works.
+        "torch>=2.1",
+        # fairseq 0.12.2 does not import on Python >= 3.11; fairseq-fixed ships the same `fairseq` module.
+        "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
+        "fairseq>=0.12.2,<0.13; python_version < '3.11'",
+        "matplotlib",
+    ],
+    extras_require={"test": ["pytest"]},
+)
