@@ -17,6 +17,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoder
 from fairseq.models.transformer_lm import (
     TransformerLanguageModel,
     TransformerLanguageModelConfig,
+    base_lm_architecture,
     transformer_lm_baevski_wiki103,
 )
 from fairseq.modules import AdaptiveInput, MultiheadAttention
@@ -255,14 +256,15 @@ def alibi_transformer_lm_small(args):
     args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 256)
     args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 1024)
     args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
-    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", True)
     args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
+    base_lm_architecture(args)  # pre-norm, input/output dims = embed dim
 
 
 # Stock fairseq flags giving alibi_transformer_lm_small's dimensions with sinusoidal positions.
 SMALL_TWIN_FLAGS = (
-    "--arch transformer_lm --decoder-layers 4 --decoder-embed-dim 256 --decoder-ffn-embed-dim 1024 "
-    "--decoder-attention-heads 8 --decoder-normalize-before --share-decoder-input-output-embed"
+    "--arch transformer_lm --decoder-layers 4 --decoder-embed-dim 256 --decoder-input-dim 256 "
+    "--decoder-output-dim 256 --decoder-ffn-embed-dim 1024 --decoder-attention-heads 8 "
+    "--decoder-normalize-before --share-decoder-input-output-embed"
 )
 
 

@@ -1,0 +1,164 @@
+"""The ALiBi model against the paper's equation written out naively, and its invariances."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import TINY, build_model, random_tokens
+from fairseq_alibi.alibi import alibi_slopes
+from fairseq_alibi.alibi_lm import SMALL_TWIN_FLAGS, AlibiConfigError
+
+
+def naive_attention(attn, x, slopes):
+    """softmax(q k^T / sqrt(d) + m * [-(i-1), ..., -1, 0]) v, one head and one query at a time.
+
+    x: (T, C) for one sequence; the weights are the module's q/k/v/out projections.
+    """
+    T, C = x.shape
+    H = len(slopes)
+    d = C // H
+    q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+    out = torch.zeros(T, C)
+    for h in range(H):
+        sl = slice(h * d, (h + 1) * d)
+        for i in range(T):
+            scores = q[i, sl] @ k[: i + 1, sl].T / math.sqrt(d)
+            scores = scores + slopes[h] * torch.arange(-i, 1, dtype=torch.float32)
+            out[i, sl] = torch.softmax(scores, -1) @ v[: i + 1, sl]
+    return attn.out_proj(out)
+
+
+def naive_model(model, tokens):
+    """The whole decoder, one sequence at a time, with the naive attention above."""
+    dec = model.decoder
+    slopes = alibi_slopes(dec.layers[0].self_attn.num_heads)
+    outs = []
+    for seq in tokens:
+        x = dec.embed_scale * dec.embed_tokens(seq)
+        x = dec.project_in_dim(x) if dec.project_in_dim is not None else x
+        for layer in dec.layers:
+            pre = layer.normalize_before
+            h = layer.self_attn_layer_norm(x) if pre else x
+            x = x + naive_attention(layer.self_attn, h, slopes)
+            x = x if pre else layer.self_attn_layer_norm(x)
+            h = layer.final_layer_norm(x) if pre else x
+            x = x + layer.fc2(F.relu(layer.fc1(h)))
+            x = x if pre else layer.final_layer_norm(x)
+        if dec.layer_norm is not None:
+            x = dec.layer_norm(x)
+        x = dec.project_out_dim(x) if dec.project_out_dim is not None else x
+        outs.append(dec.output_projection(x))
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize("heads", [4, 6])
+@pytest.mark.parametrize("arch", ["alibi_transformer_lm_small", "alibi_transformer_lm"])  # pre-/post-norm
+def test_whole_model_matches_naive_equation(arch, heads):
+    torch.manual_seed(0)
+    model, d = build_model(arch, extra=[*TINY, "--decoder-embed-dim", "24", "--decoder-attention-heads", str(heads)])
+    tokens = random_tokens(len(d), 3, 13)
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens)[0], naive_model(model, tokens), rtol=1e-4, atol=1e-5)
+
+
+def test_one_attention_layer_matches_naive_equation(tiny_model):
+    dec = tiny_model.decoder
+    attn = dec.layers[0].self_attn
+    x = torch.randn(9, 2, attn.embed_dim)  # T x B x C, as fairseq passes it
+    mask = dec.attention_mask(9, 9, x.dtype, None)
+    with torch.no_grad():
+        got, _ = attn(x, x, x, attn_mask=mask)
+        slopes = alibi_slopes(attn.num_heads)
+        for b in range(2):
+            torch.testing.assert_close(got[:, b], naive_attention(attn, x[:, b], slopes), rtol=1e-4, atol=1e-5)
+
+
+def test_future_tokens_never_change_earlier_outputs(tiny_model):
+    tokens = random_tokens(54, 1, 20)
+    changed = tokens.clone()
+    changed[0, 12:] = random_tokens(54, 1, 8, seed=1)
+    with torch.no_grad():
+        a, b = tiny_model(tokens)[0], tiny_model(changed)[0]
+    torch.testing.assert_close(a[:, :12], b[:, :12], rtol=0, atol=1e-6)
+    assert not torch.allclose(a[:, 12:], b[:, 12:])
+
+
+def test_incremental_decoding_matches_full_forward(tiny_model):
+    """x-transformers' test_kv_cache idea: logits step by step with the cache == one full pass."""
+    tokens = random_tokens(54, 3, 16)
+    with torch.no_grad():
+        full = tiny_model(tokens)[0]
+        state = {}
+        steps = [tiny_model(tokens[:, : t + 1], incremental_state=state)[0] for t in range(16)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_incremental_decoding_applies_the_bias():
+    """Guard against the fork's bug (no bias when decoding): a zero-slope model must differ."""
+    torch.manual_seed(0)
+    model, d = build_model(extra=TINY)
+    tokens = random_tokens(len(d), 1, 10)
+    with torch.no_grad():
+        state = {}
+        for t in range(10):
+            with_bias = model(tokens[:, : t + 1], incremental_state=state)[0]
+        model.decoder.alibi_slopes.zero_()
+        state = {}
+        for t in range(10):
+            without = model(tokens[:, : t + 1], incremental_state=state)[0]
+    assert not torch.allclose(with_bias, without, atol=1e-3)
+
+
+def test_batch_of_eight_equals_eight_batches_of_one(tiny_model):
+    tokens = random_tokens(54, 8, 24)
+    with torch.no_grad():
+        batched = tiny_model(tokens)[0]
+        single = torch.cat([tiny_model(tokens[i : i + 1])[0] for i in range(8)])
+    torch.testing.assert_close(batched, single, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_padding_does_not_change_real_tokens(tiny_model, side):
+    pad = tiny_model.decoder.padding_idx
+    short, long = random_tokens(54, 1, 7), random_tokens(54, 1, 11, seed=3)
+    filler = torch.full((1, 4), pad)
+    padded = torch.cat([short, filler] if side == "right" else [filler, short], dim=1)
+    with torch.no_grad():
+        out = tiny_model(torch.cat([padded, long]))[0]
+        alone = tiny_model(short)[0]
+    real = out[0, :7] if side == "right" else out[0, 4:]
+    torch.testing.assert_close(real, alone[0], rtol=1e-5, atol=1e-5)
+
+
+def test_any_length_runs_without_configuration(tiny_model):
+    # trained length is irrelevant: no position table, no mask sized by --tokens-per-sample
+    with torch.no_grad():
+        out = tiny_model(random_tokens(54, 2, 700))[0]
+    assert torch.isfinite(out).all()
+    assert tiny_model.max_positions() >= 2**31 - 1
+
+
+def test_documented_twin_flags_give_the_same_parameters():
+    ours, _ = build_model("alibi_transformer_lm_small")
+    twin, _ = build_model("transformer_lm", extra=SMALL_TWIN_FLAGS.split()[2:])
+    shapes = lambda m: {k: tuple(v.shape) for k, v in m.state_dict().items()}  # noqa: E731
+    assert shapes(ours) == shapes(twin)  # the sinusoid has no parameters in fairseq 0.12.3
+    assert ours.decoder.embed_positions is None
+    assert type(twin.decoder.embed_positions).__name__ == "SinusoidalPositionalEmbedding"
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--decoder-learned-pos"], "--decoder-learned-pos adds position embeddings"),
+        (["--decoder-attention-heads", "0"], "must be at least 1"),
+        (["--decoder-attention-heads", "7"], "must be divisible by"),
+        (["--character-embeddings"], "--character-embeddings is not supported"),
+    ],
+)
+def test_bad_configuration_is_a_one_line_error(flags, message):
+    with pytest.raises(AlibiConfigError) as err:
+        build_model(extra=[*TINY, *flags])
+    text = str(err.value.code)
+    assert message in text and "\n" not in text
