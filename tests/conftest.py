@@ -9,7 +9,7 @@ USER_DIR = os.path.join(REPO, "fairseq_alibi")
 WIKITEXT2 = os.environ.get("WIKITEXT2_DIR", os.path.join(REPO, "..", "shared", "data", "wikitext-2"))
 
 
-def build_model(arch="alibi_transformer_lm_small", vocab=50, extra=()):
+def build_model(arch="alibi_transformer_lm", vocab=50, extra=()):
     """An untrained model built through fairseq's own argument parsing, as fairseq-train does."""
     from fairseq import options
     from fairseq.data import Dictionary
@@ -27,7 +27,12 @@ def build_model(arch="alibi_transformer_lm_small", vocab=50, extra=()):
     return model.eval(), dictionary
 
 
-TINY = ["--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64"]
+# A tiny pre-norm model with a plain (tied) output projection, for exact comparisons.
+TINY = [
+    "--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-input-dim", "32",
+    "--decoder-output-dim", "32", "--decoder-ffn-embed-dim", "64", "--decoder-normalize-before",
+    "--share-decoder-input-output-embed",
+]
 
 
 @pytest.fixture
