@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Evaluate a checkpoint at several lengths L_valid, nonoverlapping and with a sliding window.
+#
+#   scripts/eval.sh CHECKPOINT DATA OUT.jsonl "L_VALID..." ["STRIDE..."] [-- extra fairseq-eval-lm flags]
+#
+# STRIDE 0 (the default) is nonoverlapping evaluation (the paper's main tables); STRIDE S > 0
+# slides a window of L_valid tokens by S tokens (--context-window L_valid-S), scoring only the
+# last S: S=1 is the paper's Tables 13-15 (costs about L_valid times nonoverlapping), S=512 its
+# Table 7. Windows are batched (the ALiBi mask does not depend on batch size).
+# Appends one JSON line per (checkpoint, split, L_valid, stride); SPLIT=valid|test (default valid).
+set -euo pipefail
+
+usage='usage: scripts/eval.sh CHECKPOINT DATA OUT.jsonl "L_VALID..." ["STRIDE..."] [-- flags]'
+checkpoint=${1:?$usage}; data=${2:?$usage}; out=${3:?$usage}; lengths=${4:?$usage}
+shift 4
+strides=0
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then strides=$1; shift; fi
+[ "${1:-}" = "--" ] && shift
+split=${SPLIT:-valid}
+here=$(cd "$(dirname "$0")/.." && pwd)
+[ -f "$checkpoint" ] || { echo "error: no checkpoint at $checkpoint" >&2; exit 1; }
+
+# What was trained: model name and training length, read from the checkpoint's own config.
+read -r model train_length < <(python3 - "$checkpoint" <<'EOF'
+import sys, torch
+cfg = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)["cfg"]
+print(cfg["model"]["_name"], cfg["task"]["tokens_per_sample"])
+EOF
+)
+case $model in
+  alibi_*) overrides="{}" ;;
+  # Stock position-embedding models refuse lengths past their training length unless told.
+  *) overrides="{'max_target_positions': 1000000}" ;;
+esac
+
+# fairseq prints "Evaluated 217,646 tokens in 12.3s (17695.61 tokens/s)" and
+# "Loss (base 2): 8.5213, Perplexity: 367.45"; turn them into one JSON line.
+to_json='
+import json, re, sys
+log = sys.stdin.read()
+tokens, seconds, tps = re.search(r"Evaluated ([\d,]+) tokens in ([\d.]+)s \(([\d.]+) tokens/s\)", log).groups()
+loss, ppl = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", log).groups()
+ckpt, model, train_length, split, l_valid, stride = sys.argv[1:]
+print(json.dumps({"checkpoint": ckpt, "model": model, "train_length": int(train_length),
+    "split": split, "l_valid": int(l_valid), "stride": int(stride), "loss_base2": float(loss),
+    "perplexity": float(ppl), "tokens": int(tokens.replace(",", "")), "seconds": float(seconds),
+    "tokens_per_s": float(tps)}))
+'
+mkdir -p "$(dirname "$out")"
+for l_valid in $lengths; do
+  for stride in $strides; do
+    if [ "$stride" -eq 0 ]; then context=0; else context=$((l_valid - stride)); fi
+    if [ "$context" -lt 0 ]; then echo "skipping stride $stride > L_valid $l_valid" >&2; continue; fi
+    log=$(fairseq-eval-lm "$data" --user-dir "$here/fairseq_alibi" --path "$checkpoint" \
+      --gen-subset "$split" --tokens-per-sample "$l_valid" --context-window "$context" \
+      --max-tokens "$(( l_valid > 16384 ? l_valid : 16384 ))" --model-overrides "$overrides" \
+      --num-workers 0 --no-progress-bar "$@" 2>&1) || { echo "$log" >&2; exit 1; }
+    python3 -c "$to_json" "$checkpoint" "$model" "$train_length" "$split" "$l_valid" "$stride" <<< "$log" >> "$out"
+    tail -n 1 "$out"
+  done
+done

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Turn scripts/eval.sh JSON lines into the paper's tables and Figure 1.
+
+    python scripts/results.py RESULTS.jsonl [MORE.jsonl ...] --out DIR
+
+Writes, per (split, stride): DIR/table_<split>_stride<S>.{md,csv} with one row per (method,
+train L) and one column per L_valid (the layout of the paper's Table 5 / Tables 13-15), and
+DIR/figure_<split>_stride<S>.png (perplexity against L_valid; ALiBi solid, others dashed).
+Prints the Markdown tables.
+"""
+import argparse
+import csv
+import json
+import os
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def method_name(model):
+    return "ALiBi" if model.startswith("alibi") else "Sinusoidal"
+
+
+def load(paths):
+    rows = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    r = json.loads(line)
+                    # The last measurement of a configuration wins (reruns append).
+                    key = (r["split"], r["stride"], method_name(r["model"]), r["train_length"], r["l_valid"])
+                    rows[key] = r["perplexity"]
+    return rows
+
+
+def tables(rows):
+    """{(split, stride): (l_valids, {(method, train L): {l_valid: ppl}})}"""
+    grouped = defaultdict(lambda: defaultdict(dict))
+    for (split, stride, method, train_length, l_valid), ppl in rows.items():
+        grouped[(split, stride)][(method, train_length)][l_valid] = ppl
+    out = {}
+    for key, lines in sorted(grouped.items()):
+        l_valids = sorted({lv for line in lines.values() for lv in line})
+        out[key] = (l_valids, dict(sorted(lines.items(), key=lambda kv: (kv[0][0] != "ALiBi", kv[0][1]))))
+    return out
+
+
+def markdown(l_valids, lines):
+    head = "| Train L | " + " | ".join(f"L_valid {lv}" for lv in l_valids) + " |"
+    sep = "|---|" + "---|" * len(l_valids)
+    body = [
+        f"| {method} {train_length} | "
+        + " | ".join(f"{line[lv]:.2f}" if lv in line else "" for lv in l_valids)
+        + " |"
+        for (method, train_length), line in lines.items()
+    ]
+    return "\n".join([head, sep, *body]) + "\n"
+
+
+def write_csv(path, l_valids, lines):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["method", "train_length", *l_valids])
+        for (method, train_length), line in lines.items():
+            w.writerow([method, train_length, *(line.get(lv, "") for lv in l_valids)])
+
+
+def figure(path, title, lines):
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for (method, train_length), line in lines.items():
+        xs = sorted(line)
+        ax.plot(xs, [line[x] for x in xs], marker="o", linestyle="-" if method == "ALiBi" else "--",
+                label=f"{method}, L={train_length}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("Validation input length (L_valid)")
+    ax.set_ylabel("Perplexity")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+", help="JSON lines from scripts/eval.sh")
+    p.add_argument("--out", required=True, help="directory for the tables and figures")
+    args = p.parse_args()
+    rows = load(args.results)
+    if not rows:
+        p.error(f"no results in {', '.join(args.results)}: run scripts/eval.sh first")
+    os.makedirs(args.out, exist_ok=True)
+    for (split, stride), (l_valids, lines) in tables(rows).items():
+        name = f"{split}_stride{stride}"
+        kind = "nonoverlapping" if stride == 0 else f"sliding window, stride {stride}"
+        md = markdown(l_valids, lines)
+        with open(os.path.join(args.out, f"table_{name}.md"), "w") as f:
+            f.write(md)
+        write_csv(os.path.join(args.out, f"table_{name}.csv"), l_valids, lines)
+        figure(os.path.join(args.out, f"figure_{name}.png"), f"{split} perplexity, {kind}", lines)
+        print(f"\n{split} perplexity, {kind}:\n\n{md}")
+
+
+if __name__ == "__main__":
+    main()
