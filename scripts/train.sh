@@ -28,15 +28,16 @@ case $preset:$method in
   *) echo "error: unknown method/preset '$method'/'$preset': use alibi|sinusoidal and wiki103|small" >&2; exit 1 ;;
 esac
 
-# GPUs in this job: the launcher's world size, else the GPUs on this node (0 on a CPU machine).
-gpus=${WORLD_SIZE:-${SLURM_NTASKS:-$(python3 -c 'import torch; print(torch.cuda.device_count())')}}
+# Processes in this job: the launcher's world size, else one per GPU on this node.
+node_gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+world=${WORLD_SIZE:-${SLURM_NTASKS:-$node_gpus}}
 
 if [ "$preset" = wiki103 ]; then
   # The paper: 8 GPUs x 9216 tokens per update (L=3072: 3072 tokens x update-freq 3), NAG,
   # lr 1.0 with a cosine schedule after 16k warmup updates from 1e-7, 286k updates.
   tokens=9216; freq=1
   [ "$length" -ge 3072 ] && { tokens=3072; freq=3; }
-  workers=$(( gpus > 0 ? gpus : 1 ))
+  workers=$(( world > 0 ? world : 1 ))
   if (( 8 % workers != 0 )); then
     echo "error: $workers GPUs: the paper's batch (8 x $tokens tokens) needs 1, 2, 4 or 8 GPUs (or set --max-tokens/--update-freq yourself after --)" >&2
     exit 1
@@ -53,8 +54,7 @@ else
           --seed 1 --required-batch-size-multiple 1 --num-workers 0 --save-interval-updates 100)
 fi
 
-precision=()
-if [ "$gpus" -gt 0 ]; then
+if [ "$node_gpus" -gt 0 ]; then
   precision=(--fp16)
 else
   echo "warning: no GPU found: training on CPU in fp32 (--fp16 dropped)" >&2

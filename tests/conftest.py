@@ -45,3 +45,43 @@ def random_tokens(dictionary_size, batch, length, seed=0):
     g = torch.Generator().manual_seed(seed)
     # fairseq's Dictionary has 4 special symbols first; sample real words only
     return torch.randint(4, dictionary_size, (batch, length), generator=g)
+
+
+def run(cmd, **kwargs):
+    """Run a command, failing the test with its output if it fails."""
+    import subprocess
+
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=kwargs.pop("cwd", REPO), **kwargs)
+    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="session")
+def wt2_slice(tmp_path_factory):
+    """The first lines of each WikiText-2 split, binarized (about 160k training tokens)."""
+    if not os.path.isdir(WIKITEXT2):
+        pytest.fail(f"WikiText-2 not found at {WIKITEXT2}: set WIKITEXT2_DIR")
+    root = tmp_path_factory.mktemp("wt2")
+    for split, lines in [("train", 3000), ("valid", 400), ("test", 400)]:
+        with open(os.path.join(WIKITEXT2, f"wiki.{split}.tokens")) as f:
+            head = [next(f) for _ in range(lines)]
+        (root / f"{split}.tokens").write_text("".join(head))
+    run(["fairseq-preprocess", "--only-source", "--trainpref", root / "train.tokens",
+         "--validpref", root / "valid.tokens", "--testpref", root / "test.tokens",
+         "--destdir", root / "bin", "--workers", "2"])
+    return str(root / "bin")
+
+
+# A toy version of the small architecture: fast enough for a few dozen CPU updates in seconds.
+TOY = ["--decoder-layers", "2", "--decoder-embed-dim", "64", "--decoder-input-dim", "64",
+       "--decoder-output-dim", "64", "--decoder-ffn-embed-dim", "128",
+       "--save-interval-updates", "10", "--log-interval", "5", "--no-progress-bar", "--dropout", "0"]
+
+
+@pytest.fixture(scope="session")
+def toy_checkpoint(wt2_slice, tmp_path_factory):
+    """An ALiBi model trained at L=32 for 30 updates with scripts/train.sh."""
+    save = tmp_path_factory.mktemp("toy_alibi")
+    run(["scripts/train.sh", "alibi", "32", wt2_slice, save, "small", "--",
+         "--max-update", "30", "--max-tokens", "1024", *TOY])
+    return str(save / "checkpoint_last.pt")

@@ -8,6 +8,7 @@
 # L_VALID, OUT (default runs/wikitext2), CHECKPOINTS (default checkpoints/wikitext2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+export PYTHONUNBUFFERED=1  # show fairseq's progress as it happens
 
 L=${L:-64}
 UPDATES=${UPDATES:-400}

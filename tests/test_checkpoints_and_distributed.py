@@ -1,0 +1,104 @@
+"""The paper's checkpoint layout converts into the plugin; two CPU processes train as one."""
+import socket
+import subprocess
+
+import pytest
+import torch
+
+from conftest import REPO, TOY, run
+from reference import naive_model
+
+pytestmark = pytest.mark.slow
+
+
+def load(path):
+    from fairseq import checkpoint_utils
+
+    models, _ = checkpoint_utils.load_model_ensemble([str(path)])
+    return models[0].eval()
+
+
+@pytest.fixture(scope="module")
+def fork_checkpoint(wt2_slice, tmp_path_factory):
+    """A checkpoint in the fork's layout: a transformer_lm_wiki103-named model config carrying
+    the fork's max_tokens field, and the sinusoid buffer key decoder.embed_positions._float_tensor.
+    Its weights come from a short run of the stock sinusoidal twin."""
+    save = tmp_path_factory.mktemp("fork")
+    run(["scripts/train.sh", "sinusoidal", "32", wt2_slice, save, "small", "--",
+         "--max-update", "5", "--max-tokens", "1024", *TOY])
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state["cfg"]["model"]["_name"] = state["cfg"]["model"]["arch"] = "transformer_lm_wiki103"
+    state["cfg"]["model"]["max_tokens"] = 1024
+    state["model"]["decoder.embed_positions._float_tensor"] = torch.FloatTensor(1)
+    torch.save(state, save / "fork.pt")
+    return save / "fork.pt"
+
+
+def test_converted_fork_checkpoint_is_alibi_with_the_same_weights(fork_checkpoint, tmp_path):
+    converted = tmp_path / "converted.pt"
+    out = run(["python", "-m", "fairseq_alibi.convert_checkpoint", fork_checkpoint, converted])
+    assert "wrote" in out
+    stock = load(fork_checkpoint)  # what stock fairseq silently does: a sinusoidal model
+    alibi = load(converted)
+    assert alibi.decoder.embed_positions is None and stock.decoder.embed_positions is not None
+    tokens = torch.randint(4, 1000, (2, 40))
+    with torch.no_grad():
+        got = alibi(tokens, features_only=True)[0]
+        expected = naive_model(stock, tokens, features_only=True)  # the paper's equation, same weights
+        sinusoidal = stock(tokens, features_only=True)[0]
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert (got - sinusoidal).abs().max() > 0.1  # loading without conversion is silently wrong
+
+
+@pytest.mark.parametrize("case,message", [
+    ("already", "already an ALiBi checkpoint"),
+    ("translation", "not a transformer language model"),
+    ("stock", "pass --force"),
+])
+def test_conversion_refuses_what_it_cannot_convert(fork_checkpoint, tmp_path, case, message):
+    state = torch.load(fork_checkpoint, map_location="cpu", weights_only=False)
+    if case == "already":
+        state["cfg"]["model"]["_name"] = "alibi_transformer_lm"
+    elif case == "translation":
+        state["cfg"]["task"]["_name"] = "translation"
+    else:
+        del state["cfg"]["model"]["max_tokens"]
+    torch.save(state, tmp_path / "in.pt")
+    proc = subprocess.run(["python", "-m", "fairseq_alibi.convert_checkpoint", tmp_path / "in.pt", tmp_path / "out.pt"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert message in last and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out.pt").exists()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_equal_one_with_update_freq_2(wt2_slice, tmp_path):
+    common = ["--max-update", "4", "--max-tokens", "512", "--seed", "3", "--disable-validation", *TOY]
+    one = tmp_path / "one"
+    run(["scripts/train.sh", "alibi", "32", wt2_slice, one, "small", "--", *common, "--update-freq", "2"])
+    two = tmp_path / "two"
+    init = f"tcp://127.0.0.1:{free_port()}"
+    procs = [
+        subprocess.Popen(["scripts/train.sh", "alibi", "32", wt2_slice, two, "small", "--", *common,
+                          "--distributed-world-size", "2", "--distributed-rank", str(rank),
+                          "--distributed-init-method", init, "--distributed-backend", "gloo",
+                          "--distributed-no-spawn"],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for rank in (0, 1)
+    ]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outputs[0][-3000:] + outputs[1][-3000:]
+    assert "distributed init (rank 1)" in "".join(outputs)
+    a = torch.load(one / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    b = torch.load(two / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert a["optimizer_history"][-1]["num_updates"] == b["optimizer_history"][-1]["num_updates"] == 4
+    for name, weight in a["model"].items():
+        if name.endswith("_float_tensor"):  # AdaptiveInput's uninitialized dtype marker
+            continue
+        torch.testing.assert_close(weight, b["model"][name], rtol=1e-4, atol=1e-5, msg=name)

@@ -1,0 +1,108 @@
+"""End to end on a slice of WikiText-2: the scripts, fairseq's CLIs and the hub interface."""
+import json
+import re
+import math
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from conftest import REPO, TOY, USER_DIR, run
+
+pytestmark = pytest.mark.slow
+
+
+def test_train_short_test_long_without_overrides(toy_checkpoint, wt2_slice, tmp_path):
+    """Trained at L=32, evaluated at L=32 and L=256 by plain fairseq-eval-lm: no overrides."""
+    for l_valid in (32, 256):
+        log = run(["fairseq-eval-lm", wt2_slice, "--user-dir", USER_DIR, "--path", toy_checkpoint,
+                   "--tokens-per-sample", str(l_valid), "--gen-subset", "valid", "--num-workers", "0"])
+        ppl = float(log.split("Perplexity: ")[1].split()[0])
+        assert math.isfinite(ppl) and 1 < ppl < 20000
+
+
+def test_eval_script_writes_json_lines_and_results_tables(toy_checkpoint, wt2_slice, tmp_path):
+    out = tmp_path / "results.jsonl"
+    run(["scripts/eval.sh", toy_checkpoint, wt2_slice, out, "32 128", "0 16"])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["l_valid"], r["stride"]) for r in rows] == [(32, 0), (32, 16), (128, 0), (128, 16)]
+    for r in rows:
+        assert r["model"] == "alibi_transformer_lm_small" and r["train_length"] == 32
+        assert r["tokens"] > 10000 and r["tokens_per_s"] > 0
+        assert r["perplexity"] == pytest.approx(2 ** r["loss_base2"], rel=1e-3)
+    printed = run(["python", "scripts/results.py", out, "--out", tmp_path / "tables"])
+    assert "| ALiBi 32 |" in printed
+    for name in ["table_valid_stride0.md", "table_valid_stride0.csv", "figure_valid_stride0.png",
+                 "table_valid_stride16.md", "figure_valid_stride16.png"]:
+        assert (tmp_path / "tables" / name).stat().st_size > 0
+    csv_rows = (tmp_path / "tables" / "table_valid_stride0.csv").read_text().splitlines()
+    assert csv_rows[0] == "method,train_length,32,128" and csv_rows[1].startswith("ALiBi,32,")
+
+
+def evaluate(checkpoint, data, l_valid, context_window, batch_size):
+    """fairseq-eval-lm's own steps (fairseq_cli.eval_lm.main), returning the exact mean loss."""
+    import fairseq_alibi  # noqa: F401  (registers the model, as --user-dir does)
+    from fairseq import checkpoint_utils, tasks
+    from fairseq_cli.eval_lm import eval_lm
+
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": data})
+    cfg.task.tokens_per_sample = l_valid - context_window
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset("valid")
+    itr = task.eval_lm_dataloader(
+        dataset=task.dataset("valid"), max_tokens=None, batch_size=batch_size, context_window=context_window,
+        max_positions=models[0].max_positions(),
+    )
+    return eval_lm(models=[m.eval() for m in models], source_dictionary=task.source_dictionary, batch_iterator=itr)
+
+
+@pytest.mark.parametrize("l_valid,context_window", [(64, 0), (48, 40)])
+def test_eval_loss_does_not_depend_on_batch_size(toy_checkpoint, wt2_slice, l_valid, context_window):
+    one = evaluate(toy_checkpoint, wt2_slice, l_valid, context_window, batch_size=1)
+    eight = evaluate(toy_checkpoint, wt2_slice, l_valid, context_window, batch_size=8)
+    assert float(one["loss"]) == pytest.approx(float(eight["loss"]), rel=1e-5)
+
+
+def test_hub_interface_samples_and_scores(toy_checkpoint, wt2_slice):
+    from fairseq_alibi.alibi_lm import AlibiTransformerLanguageModel
+
+    hub = AlibiTransformerLanguageModel.from_pretrained(
+        os.path.dirname(toy_checkpoint), os.path.basename(toy_checkpoint), data_name_or_path=wt2_slice
+    )
+    torch.manual_seed(0)
+    text = hub.sample("The game", beam=1, sampling=True, sampling_topk=10, max_len_b=20)
+    assert text.startswith("The game") and len(text.split()) > 2
+    scored = hub.score("The game was released in 2010 .")
+    assert torch.isfinite(scored["positional_scores"]).all()
+    # Greedy generation through fairseq's SequenceGenerator (incremental decoding) must agree
+    # with one full forward over the generated text: each generated token is that pass's argmax.
+    prompt = hub.encode("The game")[:-1]  # without its end-of-sentence
+    hypo = hub.generate(hub.encode("The game"), beam=1, max_len_b=8)[0]["tokens"]
+    model = hub.models[0]
+    with torch.no_grad():
+        inputs = torch.cat([torch.tensor([hub.src_dict.eos()]), hypo[:-1]])[None]
+        lprobs = model.get_normalized_probs(model(inputs), log_probs=True)[0]
+    generated = hypo[len(prompt) : -1]  # the last token may be a forced end-of-sentence
+    assert len(generated) > 0
+    assert torch.equal(lprobs.argmax(-1)[len(prompt) : len(prompt) + len(generated)], generated)
+
+
+def test_interrupted_training_resumes_from_last_checkpoint(wt2_slice, tmp_path):
+    cmd = ["scripts/train.sh", "alibi", "32", wt2_slice, str(tmp_path), "small", "--",
+           "--max-update", "40", "--max-tokens", "1024", *TOY]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    while not (tmp_path / "checkpoint_1_10.pt").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)  # let the save finish; the run is then between updates 10 and 40
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (tmp_path / "checkpoint_last.pt").exists()
+    log = run(cmd)
+    resumed_at = int(re.search(r"Loaded checkpoint \S+ \(epoch \d+ @ (\d+) updates\)", log).group(1))
+    assert 10 <= resumed_at < 40
+    state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 40

@@ -1,0 +1,84 @@
+"""scripts/prepare-wikitext.sh offline: loopback HTTP, file:// URLs, local files, bad downloads."""
+import functools
+import http.server
+import os
+import subprocess
+import tarfile
+import threading
+import zipfile
+
+import pytest
+
+from conftest import REPO, WIKITEXT2
+
+pytestmark = pytest.mark.slow
+FILES = ["wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens"]
+
+
+def prepare(tmp_path, *source):
+    env = dict(os.environ, DATA_BIN=str(tmp_path / "data-bin"), RAW_DIR=str(tmp_path / "raw"))
+    return subprocess.run(["scripts/prepare-wikitext.sh", "2", *map(str, source)], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+
+
+def make_zip(path, corrupt=False):
+    """A wikitext-2-v1.zip laid out as the published one (wikitext-2/wiki.*.tokens)."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for name in FILES:
+            data = open(os.path.join(WIKITEXT2, name), "rb").read()
+            if corrupt and name == "wiki.valid.tokens":
+                data = data[:1000] + b"X" + data[1001:]
+            z.writestr(f"wikitext-2/{name}", data)
+    return path
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """Serve tmp_path/www on a loopback port."""
+    (tmp_path / "www").mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "www"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path / "www"
+    server.shutdown()
+
+
+def test_download_over_http_verifies_binarizes_and_skips_on_rerun(tmp_path, http_server):
+    url, www = http_server
+    make_zip(www / "wikitext-2-v1.zip")
+    proc = prepare(tmp_path, f"{url}/wikitext-2-v1.zip")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "checksums" in proc.stdout and "verified" in proc.stdout
+    out = tmp_path / "data-bin" / "wikitext-2"
+    assert {"dict.txt", "train.bin", "valid.bin", "test.bin"} <= set(os.listdir(out))
+    # WikiText-2's 33,277 training words, less <unk>, which fairseq keeps among its special symbols
+    assert len((out / "dict.txt").read_text().splitlines()) == 33277 - 1
+    again = prepare(tmp_path, f"{url}/wikitext-2-v1.zip")
+    assert again.returncode == 0 and "already prepared" in again.stdout
+
+
+def test_corrupted_download_is_rejected_with_a_clear_message(tmp_path):
+    archive = make_zip(tmp_path / "wikitext-2-v1.zip", corrupt=True)
+    proc = prepare(tmp_path, f"file://{archive}")
+    assert proc.returncode == 1
+    message = proc.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: ") and "wiki.valid.tokens has sha256" in message and "corrupt" in message
+    assert not (tmp_path / "data-bin" / "wikitext-2").exists()
+
+
+def test_local_tar_gz_and_directory_are_accepted(tmp_path):
+    archive = tmp_path / "wikitext-2.tar.gz"
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+        for name in FILES:
+            tar.add(os.path.join(WIKITEXT2, name), arcname=f"wikitext-2/{name}")
+    proc = prepare(tmp_path, archive)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "raw" / "wikitext-2" / "wiki.test.tokens").exists()
+    # a directory is used in place (and a prepared data-bin is not redone)
+    assert "already prepared" in prepare(tmp_path, WIKITEXT2).stdout
+
+
+def test_not_an_archive_is_rejected(tmp_path):
+    (tmp_path / "broken.zip").write_bytes(b"<html>403 Forbidden</html>")
+    proc = prepare(tmp_path, tmp_path / "broken.zip")
+    assert proc.returncode == 1 and "not a readable zip archive" in proc.stderr
