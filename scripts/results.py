@@ -15,6 +15,7 @@ import os
 from collections import defaultdict
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -77,6 +78,9 @@ def figure(path, title, lines):
                 label=f"{method}, L={train_length}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
     ax.set_xlabel("Validation input length (L_valid)")
     ax.set_ylabel("Perplexity")
     ax.set_title(title)

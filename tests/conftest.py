@@ -1,5 +1,4 @@
 import os
-import types
 
 import pytest
 import torch
@@ -10,20 +9,10 @@ WIKITEXT2 = os.environ.get("WIKITEXT2_DIR", os.path.join(REPO, "..", "shared", "
 
 
 def build_model(arch="alibi_transformer_lm", vocab=50, extra=()):
-    """An untrained model built through fairseq's own argument parsing, as fairseq-train does."""
-    from fairseq import options
-    from fairseq.data import Dictionary
-    from fairseq import models
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    """An untrained model in eval mode, built through fairseq's own argument parsing."""
+    from fairseq_alibi.build import build_model as build
 
-    dictionary = Dictionary()
-    for i in range(vocab):
-        dictionary.add_symbol(f"w{i}")
-    parser = options.get_training_parser()
-    argv = ["/dev/null", "--task", "language_modeling", "--arch", arch, "--user-dir", USER_DIR, *extra]
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
-    task = types.SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    model = models.build_model(cfg.model, task)
+    model, dictionary = build(arch, vocab, extra)
     return model.eval(), dictionary
 
 

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""ALiBi against its sinusoidal twin and a fork-style ALiBi, in one run, as ratios.
+
+    python benchmarks/bench.py                 # the full CPU table -> benchmarks/RESULTS.md
+    python benchmarks/bench.py --smoke         # the smallest configuration (CI), prints only
+
+Each measurement runs in a fresh subprocess, so that its peak memory (max RSS on CPU, max
+allocated on GPU) is its own. Modes, all the same dimensions and the same token batches:
+  sinusoidal  stock fairseq transformer_lm (the baseline every ratio is against)
+  alibi       this plugin (mask heads x T x S, broadcast over the batch, fp32 relative form)
+  fork        the fork's scheme, written here for comparison: key-index bias m*j materialized
+              per sequence (batch*heads x T x S) in the activation dtype
+Training: forward + backward + Adam step on batches of TOKENS tokens at length L.
+Evaluation: forward (features and the adaptive softmax's target log-probabilities) at L_valid,
+nonoverlapping, and sliding windows (stride L_valid/2) batched 1 and 16 at a time.
+"""
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+VOCAB = 33276  # WikiText-2's dictionary
+TOKENS = 4096  # tokens per training batch (--max-tokens of the CPU recipe)
+
+
+def build(mode, arch, device, dtype):
+    from fairseq_alibi.alibi_lm import SMALL_TWIN_FLAGS
+    from fairseq_alibi.build import build_model
+
+    if mode == "sinusoidal":
+        flags = SMALL_TWIN_FLAGS.split()[2:] if arch == "small" else []
+        name = "transformer_lm" if arch == "small" else "transformer_lm_wiki103"
+    else:
+        flags, name = [], f"alibi_transformer_lm_{arch}"
+    torch.manual_seed(0)
+    model, _ = build_model(name, VOCAB, flags)
+    if mode == "fork":
+        make_fork_style(model.decoder)
+    return model.to(device=device, dtype=dtype)
+
+
+def make_fork_style(decoder):
+    """The fork's mask: m_h * j (key index only) + causal -inf, built in fp32, cast to the
+    activation dtype, and repeated over the batch (the fork sizes it by --max-tokens)."""
+    original = decoder.extract_features_scriptable
+
+    def extract_features(prev_output_tokens, *args, **kwargs):
+        decoder._batch_size = prev_output_tokens.size(0)
+        return original(prev_output_tokens, *args, **kwargs)
+
+    def attention_mask(query_len, key_len, dtype, padding_mask):
+        slopes = decoder.alibi_slopes
+        key_pos = torch.arange(key_len, device=slopes.device, dtype=torch.float32)
+        bias = slopes[:, None, None] * key_pos[None, None, :]  # heads x 1 x S
+        future = torch.ones(query_len, key_len, dtype=torch.bool, device=slopes.device).triu(key_len - query_len + 1)
+        mask = bias.masked_fill(future, float("-inf")).to(dtype)  # heads x T x S
+        return mask.repeat(decoder._batch_size, 1, 1).view(decoder._batch_size, *mask.shape)
+
+    decoder.extract_features_scriptable = extract_features
+    decoder.attention_mask = attention_mask
+
+
+def batches(length, tokens, count, device):
+    g = torch.Generator().manual_seed(1)
+    rows = max(1, tokens // length)
+    return [torch.randint(4, VOCAB + 4, (rows, length), generator=g).to(device) for _ in range(count)]
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def target_log_probs(model, features, target):
+    """What fairseq's eval scores: log p(target) under the adaptive softmax."""
+    lprobs = model.decoder.adaptive_softmax.get_log_prob(features, target)
+    return lprobs.gather(-1, target.unsqueeze(-1))
+
+
+def measure(job):
+    """One measurement: returns tokens/s and peak memory in MiB."""
+    device = torch.device(job["device"])
+    dtype = getattr(torch, job["dtype"])
+    model = build(job["mode"], job["arch"], device, dtype)
+    steps, warmup = job["steps"], 1
+    if job["kind"] == "train":
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        data = batches(job["length"], TOKENS, steps + warmup, device)
+        for i, x in enumerate(data):
+            if i == warmup:
+                sync(device)
+                start = time.perf_counter()
+            features = model(x)[0]
+            logits, targets = model.decoder.adaptive_softmax(features, x.reshape(-1))
+            loss = sum(torch.nn.functional.cross_entropy(l.float(), t, reduction="sum")
+                       for l, t in zip(logits, targets) if t is not None)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        scored = steps * data[0].numel()
+    else:
+        model.eval()
+        l_valid, stride, rows = job["length"], job["stride"], job["rows"]
+        if stride:  # sliding windows: each scores its last `stride` tokens
+            windows = [torch.randint(4, VOCAB + 4, (rows, l_valid), generator=torch.Generator().manual_seed(i)).to(device)
+                       for i in range(steps + warmup)]
+            data, score_from = windows, l_valid - stride
+        else:
+            data, score_from = batches(l_valid, max(l_valid, TOKENS), steps + warmup, device), 0
+        with torch.no_grad():
+            for i, x in enumerate(data):
+                if i == warmup:
+                    sync(device)
+                    start = time.perf_counter()
+                features = model(x)[0][:, score_from:]
+                target_log_probs(model, features, x[:, score_from:])
+        scored = steps * data[0][:, score_from:].numel()
+    sync(device)
+    seconds = time.perf_counter() - start
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return {"tokens_per_s": scored / seconds, "peak_mib": peak}
+
+
+def run_job(job):
+    proc = subprocess.run([sys.executable, __file__, "--job", json.dumps(job)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["killed"])[-1]
+        return {**job, "error": "out of memory" if "memory" in tail.lower() or proc.returncode < 0 else tail}
+    return {**job, **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def plan(args):
+    jobs = []
+    base = {"arch": args.arch, "device": args.device, "dtype": args.dtype, "steps": args.steps}
+    for length in args.lengths:
+        for mode in ("sinusoidal", "alibi", "fork"):
+            jobs.append({**base, "kind": "train", "mode": mode, "length": length, "stride": 0, "rows": 0})
+    for l_valid in args.eval_lengths:
+        for mode in ("sinusoidal", "alibi", "fork"):
+            jobs.append({**base, "kind": "eval", "mode": mode, "length": l_valid, "stride": 0, "rows": 0})
+            for rows in args.sliding_batches:
+                jobs.append({**base, "kind": "sliding", "mode": mode, "length": l_valid,
+                             "stride": l_valid // 2, "rows": rows})
+    return jobs
+
+
+def ratios(results):
+    """Each alibi/fork figure divided by the sinusoidal one of the same configuration."""
+    key = lambda r: (r["kind"], r["length"], r["stride"], r["rows"])  # noqa: E731
+    baseline = {key(r): r for r in results if r["mode"] == "sinusoidal" and "error" not in r}
+    table = []
+    for r in results:
+        b = baseline.get(key(r))
+        row = dict(r)
+        if b and "error" not in r:
+            row["speed_ratio"] = r["tokens_per_s"] / b["tokens_per_s"]
+            row["memory_ratio"] = r["peak_mib"] / b["peak_mib"]
+        table.append(row)
+    return table
+
+
+def markdown(table):
+    lines = ["| what | L | stride | windows/batch | mode | tokens/s | peak MiB | speed vs sinusoidal | memory vs sinusoidal |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        if "error" in r:
+            cells = [r["error"], "", "", ""]
+        else:
+            cells = [f"{r['tokens_per_s']:.0f}", f"{r['peak_mib']:.0f}",
+                     f"{r['speed_ratio']:.3f}" if "speed_ratio" in r else "",
+                     f"{r['memory_ratio']:.3f}" if "memory_ratio" in r else ""]
+        what = {"train": "training", "eval": "eval, nonoverlapping", "sliding": "eval, sliding"}[r["kind"]]
+        lines.append("| " + " | ".join([what, str(r["length"]), str(r["stride"] or ""), str(r["rows"] or ""),
+                                         r["mode"], *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--job", help=argparse.SUPPRESS)
+    p.add_argument("--smoke", action="store_true", help="smallest configuration, printed only (CI)")
+    p.add_argument("--arch", default="small", choices=["small", "wiki103"])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 1024], help="training lengths L")
+    p.add_argument("--eval-lengths", type=int, nargs="+", default=[512, 2048, 8192], help="L_valid")
+    p.add_argument("--sliding-batches", type=int, nargs="+", default=[1, 16])
+    p.add_argument("--steps", type=int, default=5, help="measured steps (after one warm-up)")
+    p.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    args = p.parse_args()
+    if args.job:
+        print(json.dumps(measure(json.loads(args.job))))
+        return
+    if args.smoke:
+        args.lengths, args.eval_lengths, args.sliding_batches, args.steps = [64], [128], [2], 1
+    table = ratios([run_job(job) for job in plan(args)])
+    text = markdown(table)
+    print(text)
+    if not args.smoke:
+        with open(args.out.replace(".md", ".json"), "w") as f:
+            json.dump(table, f, indent=1)
+        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}")
+
+
+if __name__ == "__main__":
+    main()
