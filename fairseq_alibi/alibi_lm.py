@@ -79,8 +79,8 @@ class AlibiSelfAttention(MultiheadAttention):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ):
-        # attn_mask: (heads or batch*heads-broadcastable, T, S) ALiBi + causal mask, built by the
-        # decoder with any key padding already folded in; key_padding_mask is therefore unused.
+        # attn_mask: (1 or batch, heads, T, S) ALiBi + causal mask, built by the decoder with any
+        # key padding already folded in; key_padding_mask is therefore unused.
         tgt_len, bsz, embed_dim = query.size()
         q = self.q_proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         k = self.k_proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
@@ -132,12 +132,14 @@ class AlibiTransformerDecoder(TransformerDecoder):
         return UNBOUNDED_POSITIONS
 
     def attention_mask(self, query_len: int, key_len: int, dtype, padding_mask: Optional[Tensor]):
-        """ALiBi + causal mask (heads, T, S), computed in fp32, added in the attention dtype.
+        """ALiBi + causal mask (1, heads, T, S), computed in fp32, added in the attention dtype.
 
-        Right padding (fairseq's LM batches) needs no mask: padded keys lie in the future of
-        every real query. Any other padding is folded in, giving (batch, heads, T, S).
+        4-D because PyTorch's fused CPU kernel takes 2-D or 4-D masks only (a 3-D one falls back
+        to the unfused path, 6x slower); the size-1 batch dimension broadcasts. Right padding
+        (fairseq's LM batches) needs no mask: padded keys lie in the future of every real query.
+        Any other padding is folded in, giving (batch, heads, T, S).
         """
-        mask = alibi_mask(self.alibi_slopes, query_len, key_len)
+        mask = alibi_mask(self.alibi_slopes, query_len, key_len)[None]
         if padding_mask is not None and not is_right_padding(padding_mask):
             pad = padding_mask[:, None, None, :]
             diagonal = torch.eye(key_len, dtype=torch.bool, device=mask.device)[-query_len:]

@@ -120,3 +120,17 @@ def test_bad_configuration_is_a_one_line_error(flags, message):
         build_model(extra=[*TINY, *flags])
     text = str(err.value.code)
     assert message in text and "\n" not in text
+
+
+def test_mask_is_accepted_by_the_fused_attention_kernel(tiny_model):
+    """A mask shape the fused kernel refuses silently falls back to the unfused path (6x slower
+    on CPU at L=512): the decoder's mask must run with only the fused kernel allowed."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    mask = tiny_model.decoder.attention_mask(64, 64, torch.float32, None)
+    q = k = v = torch.randn(3, 4, 64, 8)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    with sdpa_kernel(SDPBackend.MATH):
+        reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(fused, reference, rtol=1e-5, atol=1e-5)
