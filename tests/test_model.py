@@ -128,7 +128,8 @@ def test_mask_is_accepted_by_the_fused_attention_kernel(tiny_model):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     mask = tiny_model.decoder.attention_mask(64, 64, torch.float32, None)
-    q = k = v = torch.randn(3, 4, 64, 8)
+    heads = tiny_model.decoder.layers[0].self_attn.num_heads
+    q = k = v = torch.randn(3, heads, 64, 8)
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     with sdpa_kernel(SDPBackend.MATH):
