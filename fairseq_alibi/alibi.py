@@ -39,9 +39,7 @@ def alibi_mask(slopes: torch.Tensor, query_len: int, key_len: int) -> torch.Tens
     """
     if query_len > key_len:
         raise ValueError(f"query_len ({query_len}) cannot exceed key_len ({key_len})")
-    device = slopes.device
-    query_pos = torch.arange(key_len - query_len, key_len, device=device)
-    key_pos = torch.arange(key_len, device=device)
-    distance = (query_pos[:, None] - key_pos[None, :]).float()  # i - j, negative in the future
-    bias = -slopes.float()[:, None, None] * distance
-    return bias.masked_fill(distance < 0, float("-inf"))
+    key_pos = torch.arange(key_len, device=slopes.device, dtype=torch.float32)
+    distance = key_pos[None, :] - key_pos[key_len - query_len :, None]  # j - i, > 0 in the future
+    bias = slopes.float()[:, None, None] * distance  # -m (i - j): one full-size pass ...
+    return bias.masked_fill_(distance > 0, float("-inf"))  # ... and one in place

@@ -118,6 +118,7 @@ class AlibiTransformerDecoder(TransformerDecoder):
         # A buffer so that .to(device) moves it; not persistent, so checkpoints stay stock-shaped.
         slopes = torch.tensor(alibi_slopes(args.decoder_attention_heads), dtype=torch.float32)
         self.register_buffer("alibi_slopes", slopes, persistent=False)
+        self._square_mask = None  # (key, mask): reused while lengths fit, see attention_mask
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)
@@ -139,13 +140,26 @@ class AlibiTransformerDecoder(TransformerDecoder):
         (fairseq's LM batches) needs no mask: padded keys lie in the future of every real query.
         Any other padding is folded in, giving (batch, heads, T, S).
         """
-        mask = alibi_mask(self.alibi_slopes, query_len, key_len)[None]
+        mask = self.square_mask(key_len, dtype) if query_len == key_len else None
+        if mask is None:  # incremental decoding: a few rows over the cached keys
+            mask = alibi_mask(self.alibi_slopes, query_len, key_len)[None].to(dtype)
         if padding_mask is not None and not is_right_padding(padding_mask):
             pad = padding_mask[:, None, None, :]
             diagonal = torch.eye(key_len, dtype=torch.bool, device=mask.device)[-query_len:]
             # A padded query still attends to itself, so that no row is all -inf (NaN).
             mask = mask.masked_fill(pad & ~diagonal, float("-inf"))
-        return mask.to(dtype)
+        return mask
+
+    def square_mask(self, length: int, dtype) -> Tensor:
+        """The (1, heads, T, T) mask of a full forward, cached: the T x T mask is the top-left
+        block of any larger one, so batches of the same or a shorter length (every training
+        step, every evaluation batch) reuse it instead of rebuilding heads x T x T floats."""
+        slopes = self.alibi_slopes
+        key = (slopes.device, dtype, slopes.data_ptr(), slopes._version)
+        if self._square_mask is None or self._square_mask[0] != key or self._square_mask[1].size(-1) < length:
+            self._square_mask = None  # free the old one before building its successor
+            self._square_mask = (key, alibi_mask(slopes, length, length)[None].to(dtype))
+        return self._square_mask[1][..., :length, :length]
 
     def extract_features_scriptable(
         self,

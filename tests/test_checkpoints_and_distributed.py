@@ -1,4 +1,5 @@
 """The paper's checkpoint layout converts into the plugin; two CPU processes train as one."""
+import json
 import socket
 import subprocess
 
@@ -102,3 +103,13 @@ def test_two_processes_equal_one_with_update_freq_2(wt2_slice, tmp_path):
         if name.endswith("_float_tensor"):  # AdaptiveInput's uninitialized dtype marker
             continue
         torch.testing.assert_close(weight, b["model"][name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_eval_script_extends_a_stock_sinusoidal_model_past_its_length(fork_checkpoint, wt2_slice, tmp_path):
+    """The twin trained at L=32 evaluates at 128 through scripts/eval.sh (which raises its
+    max_target_positions); no such override is needed, or made, for ALiBi."""
+    sinusoidal = fork_checkpoint.parent / "checkpoint_last.pt"
+    out = tmp_path / "r.jsonl"
+    run(["scripts/eval.sh", sinusoidal, wt2_slice, out, "128"])
+    row = json.loads(out.read_text())
+    assert row["model"] == "transformer_lm" and row["l_valid"] == 128 and row["perplexity"] > 1

@@ -127,7 +127,8 @@ def test_mask_is_accepted_by_the_fused_attention_kernel(tiny_model):
     on CPU at L=512): the decoder's mask must run with only the fused kernel allowed."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    mask = tiny_model.decoder.attention_mask(64, 64, torch.float32, None)
+    tiny_model.decoder.attention_mask(100, 100, torch.float32, None)  # cache a larger mask first
+    mask = tiny_model.decoder.attention_mask(64, 64, torch.float32, None)  # a slice of it
     heads = tiny_model.decoder.layers[0].self_attn.num_heads
     q = k = v = torch.randn(3, heads, 64, 8)
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -135,3 +136,34 @@ def test_mask_is_accepted_by_the_fused_attention_kernel(tiny_model):
     with sdpa_kernel(SDPBackend.MATH):
         reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(fused, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_mask_does_not_grow_with_batch_size(tiny_model, monkeypatch):
+    """Every layer receives one (1, heads, T, T) mask, whatever the batch size."""
+    from fairseq_alibi.alibi_lm import AlibiSelfAttention
+
+    shapes = []
+    original = AlibiSelfAttention.forward
+
+    def recording_forward(self, query, key, value, **kwargs):
+        shapes.append(tuple(kwargs["attn_mask"].shape))
+        return original(self, query, key, value, **kwargs)
+
+    monkeypatch.setattr(AlibiSelfAttention, "forward", recording_forward)
+    with torch.no_grad():
+        for batch in (1, 8):
+            tiny_model(random_tokens(54, batch, 20))
+    heads = tiny_model.decoder.layers[0].self_attn.num_heads
+    assert shapes == [(1, heads, 20, 20)] * (2 * len(tiny_model.decoder.layers))
+
+
+def test_cached_mask_serves_shorter_batches_and_follows_slope_changes(tiny_model):
+    from fairseq_alibi.alibi import alibi_mask
+
+    dec = tiny_model.decoder
+    long, short = dec.attention_mask(30, 30, torch.float32, None), dec.attention_mask(20, 20, torch.float32, None)
+    assert torch.equal(short, alibi_mask(dec.alibi_slopes, 20, 20)[None])
+    assert short.data_ptr() == long.data_ptr()  # a view of the cached mask, not a rebuild
+    dec.alibi_slopes.mul_(0.5)  # e.g. slope interpolation at inference
+    torch.testing.assert_close(dec.attention_mask(20, 20, torch.float32, None), alibi_mask(dec.alibi_slopes, 20, 20)[None])
+    assert dec.attention_mask(20, 20, torch.float16, None).dtype == torch.float16

@@ -106,3 +106,14 @@ def test_interrupted_training_resumes_from_last_checkpoint(wt2_slice, tmp_path):
     assert 10 <= resumed_at < 40
     state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 40
+
+
+def test_fairseq_interactive_generates_with_the_plugin(toy_checkpoint, wt2_slice):
+    proc = subprocess.run(
+        ["fairseq-interactive", wt2_slice, "--task", "language_modeling", "--user-dir", USER_DIR,
+         "--path", toy_checkpoint, "--beam", "1", "--max-len-b", "10", "--num-workers", "0"],
+        input="The game\n", capture_output=True, text=True, cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    hypothesis = [line for line in proc.stdout.splitlines() if line.startswith("H-0")]
+    assert hypothesis and "The game" in hypothesis[0] and len(hypothesis[0].split("\t")[-1].split()) > 2
