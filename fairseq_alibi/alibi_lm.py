@@ -4,13 +4,14 @@ The decoder builds the causal ALiBi mask once per forward, before the layer loop
 current query and key lengths only, so any batch size and evaluation length work, and
 incremental decoding gets the bias row of each new query over all cached keys.
 """
-from dataclasses import dataclass
-from typing import Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fairseq.dataclass import ChoiceEnum
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder
@@ -26,6 +27,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq import options
 
 from .alibi import alibi_mask, alibi_slopes
+from .kernels import InKernelBias, flash_available
 
 # ALiBi has no position table, so nothing limits the length; fairseq takes the min over limits.
 UNBOUNDED_POSITIONS = 2**31 - 1
@@ -75,12 +77,13 @@ class AlibiSelfAttention(MultiheadAttention):
         incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
         need_weights: bool = False,
         static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
+        attn_mask: Optional[Union[Tensor, InKernelBias]] = None,
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ):
-        # attn_mask: (1 or batch, heads, T, S) ALiBi + causal mask, built by the decoder with any
-        # key padding already folded in; key_padding_mask is therefore unused.
+        # attn_mask: the (1 or batch, heads, T, S) ALiBi + causal mask built by the decoder, with
+        # any key padding folded in (so key_padding_mask is unused), or an InKernelBias naming a
+        # kernel that adds the bias itself.
         tgt_len, bsz, embed_dim = query.size()
         q = self.q_proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
         k = self.k_proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
@@ -95,7 +98,10 @@ class AlibiSelfAttention(MultiheadAttention):
             saved_state["prev_key_padding_mask"] = None
             self._set_input_buffer(incremental_state, saved_state)
         dropout = self.dropout_module.p if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
+        if isinstance(attn_mask, InKernelBias):
+            out = attn_mask.attend(q, k, v, dropout)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
         out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
         return self.out_proj(out), None
 
@@ -119,6 +125,7 @@ class AlibiTransformerDecoder(TransformerDecoder):
         slopes = torch.tensor(alibi_slopes(args.decoder_attention_heads), dtype=torch.float32)
         self.register_buffer("alibi_slopes", slopes, persistent=False)
         self._square_mask = None  # (key, mask): reused while lengths fit, see attention_mask
+        self.attention_kernel = getattr(args, "alibi_attention", "auto")  # older configs lack it
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)
@@ -149,6 +156,19 @@ class AlibiTransformerDecoder(TransformerDecoder):
             # A padded query still attends to itself, so that no row is all -inf (NaN).
             mask = mask.masked_fill(pad & ~diagonal, float("-inf"))
         return mask
+
+    def choose_kernel(self, x: Tensor, padding_mask: Optional[Tensor]) -> str:
+        """--alibi-attention: sdpa (dense mask), flash or flex (bias in the kernel), or auto
+        (flash where it can run, else sdpa). Padding other than on the right needs the mask."""
+        choice = self.attention_kernel
+        if choice == "sdpa" or (padding_mask is not None and not is_right_padding(padding_mask)):
+            return "sdpa"
+        why_not = flash_available(x) if choice in ("flash", "auto") else None
+        if choice == "flash" and why_not:
+            raise AlibiConfigError(f"--alibi-attention flash cannot run: {why_not}; use auto or sdpa")
+        if choice == "auto":
+            return "sdpa" if why_not else "flash"
+        return choice
 
     def square_mask(self, length: int, dtype) -> Tensor:
         """The (1, heads, T, T) mask of a full forward, cached: the T x T mask is the top-left
@@ -190,7 +210,11 @@ class AlibiTransformerDecoder(TransformerDecoder):
         padding_mask = tokens.eq(self.padding_idx) if incremental_state is None else None
         if padding_mask is not None and not padding_mask.any():
             padding_mask = None
-        self_attn_mask = self.attention_mask(tokens.size(1), key_len, x.dtype, padding_mask)
+        kernel = self.choose_kernel(x, padding_mask)
+        if kernel == "sdpa":
+            self_attn_mask = self.attention_mask(tokens.size(1), key_len, x.dtype, padding_mask)
+        else:
+            self_attn_mask = InKernelBias(kernel, self.alibi_slopes)
 
         inner_states: List[Optional[Tensor]] = [x]
         for layer in self.layers:
@@ -222,6 +246,13 @@ def is_right_padding(padding_mask: Tensor) -> bool:
 class AlibiTransformerLanguageModelConfig(TransformerLanguageModelConfig):
     """fairseq's transformer LM options; position-embedding options are rejected (see
     check_alibi_args) because ALiBi replaces position embeddings."""
+
+    alibi_attention: ChoiceEnum(["auto", "sdpa", "flash", "flex"]) = field(
+        default="auto",
+        metadata={"help": "attention kernel: sdpa (PyTorch, dense ALiBi mask), flash "
+                  "(FlashAttention-2 >= 2.4, GPU, fp16/bf16), flex (FlexAttention), auto (flash "
+                  "where it can run, else sdpa); at evaluation set it with --model-overrides"},
+    )
 
 
 @register_model("alibi_transformer_lm", dataclass=AlibiTransformerLanguageModelConfig)
