@@ -10,7 +10,9 @@ allocated on GPU) is its own. Modes, all the same dimensions and the same token 
   alibi       this plugin (mask heads x T x S, broadcast over the batch, fp32 relative form)
   fork        the fork's scheme, written here for comparison: key-index bias m*j materialized
               per sequence (batch*heads x T x S) in the activation dtype
-Training: forward + backward + Adam step on batches of TOKENS tokens at length L.
+Training: forward + backward + Adam step on batches of TOKENS tokens at length L; its speed is
+also measured "paired": all modes in one process, steps interleaved, median step-time ratio
+(the most precise ratio on a noisy machine; peak memory needs the separate processes).
 Evaluation: forward (features and the adaptive softmax's target log-probabilities) at L_valid,
 nonoverlapping, and sliding windows (stride L_valid/2) batched 1 and 16 at a time.
 """
@@ -135,6 +137,34 @@ def measure(job):
     return {"tokens_per_s": scored / seconds, "peak_mib": peak}
 
 
+def paired_training(job):
+    """Training speed of all modes in one process, steps interleaved (A B C A B C ...), so that the
+    machine's drift hits each mode alike; the ratio is of median step times."""
+    import statistics
+
+    device, dtype = torch.device(job["device"]), getattr(torch, job["dtype"])
+    models = {mode: build(mode, job["arch"], device, dtype).train() for mode in MODES}
+    optimizers = {mode: torch.optim.Adam(m.parameters(), lr=1e-4) for mode, m in models.items()}
+    x = batches(job["length"], TOKENS, 1, device)[0]
+    times = {mode: [] for mode in MODES}
+    for step in range(job["steps"] + 1):
+        for mode in MODES[step % 3:] + MODES[: step % 3]:  # rotate the order too
+            model = models[mode]
+            sync(device)
+            start = time.perf_counter()
+            features = model(x)[0]
+            logits, targets = model.decoder.adaptive_softmax(features, x.reshape(-1))
+            sum(torch.nn.functional.cross_entropy(l.float(), t, reduction="sum")
+                for l, t in zip(logits, targets) if t is not None).backward()
+            optimizers[mode].step()
+            optimizers[mode].zero_grad(set_to_none=True)
+            sync(device)
+            if step > 0:  # the first round warms up
+                times[mode].append(time.perf_counter() - start)
+    base = statistics.median(times["sinusoidal"])
+    return {"paired_speed_ratio": {mode: base / statistics.median(t) for mode, t in times.items()}}
+
+
 def run_job(job):
     proc = subprocess.run([sys.executable, __file__, "--job", json.dumps(job)], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -151,6 +181,9 @@ def plan(args):
         for repeat in range(args.repeats):
             for mode in MODES:
                 jobs.append({**base, "kind": "train", "mode": mode, "length": length, "stride": 0, "rows": 0})
+    for length in args.lengths:
+        jobs.append({**base, "kind": "paired", "mode": "all", "length": length, "stride": 0, "rows": 0,
+                     "steps": args.paired_steps})
     for l_valid in args.eval_lengths:
         # long lengths: fewer steps, each is a large batch already
         evals = {**base, "steps": max(1, args.steps * 1024 // max(l_valid, 1024))}
@@ -203,6 +236,15 @@ def markdown(table):
     return "\n".join(lines) + "\n"
 
 
+def paired_markdown(paired, steps):
+    lines = [f"Training speed, paired (one process, {steps} interleaved steps per mode, median step time):", "",
+             "| L | mode | speed vs sinusoidal |", "|---|---|---|"]
+    for r in paired:
+        for mode, ratio in (r.get("paired_speed_ratio") or {m: None for m in MODES}).items():
+            lines.append(f"| {r['length']} | {mode} | {r.get('error', '') if ratio is None else f'{ratio:.3f}'} |")
+    return "\n".join(lines) + "\n"
+
+
 def cpu_name():
     with open("/proc/cpuinfo") as f:
         names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
@@ -217,30 +259,35 @@ def main():
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 1024], help="training lengths L")
-    p.add_argument("--eval-lengths", type=int, nargs="+", default=[512, 2048, 8192], help="L_valid")
+    p.add_argument("--eval-lengths", type=int, nargs="*", default=[512, 2048, 8192], help="L_valid (none: skip)")
     p.add_argument("--sliding-batches", type=int, nargs="+", default=[1, 8])
     p.add_argument("--steps", type=int, default=8, help="measured steps (after one warm-up)")
-    p.add_argument("--repeats", type=int, default=2, help="runs of each training configuration (best kept)")
+    p.add_argument("--repeats", type=int, default=2, help="runs of each training configuration (best kept; 0: skip)")
+    p.add_argument("--paired-steps", type=int, default=12, help="interleaved steps per mode, paired run")
     p.add_argument("--out", help="write the table with its provenance here (default: print only)")
     args = p.parse_args()
     if args.job:
-        print(json.dumps(measure(json.loads(args.job))))
+        job = json.loads(args.job)
+        print(json.dumps(paired_training(job) if job["kind"] == "paired" else measure(job)))
         return
     if args.smoke:
         args.lengths, args.eval_lengths, args.sliding_batches, args.steps, args.repeats = [64], [128], [2], 1, 1
-    table = ratios(best_of_repeats([run_job(job) for job in plan(args)]))
+        args.paired_steps = 1
+    results = [run_job(job) for job in plan(args)]
+    paired = [r for r in results if r["kind"] == "paired"]
+    table = ratios(best_of_repeats([r for r in results if r["kind"] != "paired"]))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     device = torch.cuda.get_device_name() if args.device == "cuda" else f"{cpu_name()}, {os.cpu_count()} cores"
     text = (f"Command: `python benchmarks/bench.py {' '.join(sys.argv[1:])}`; commit `{commit}`; "
             f"{time.strftime('%Y-%m-%d')}; {device}; torch {torch.__version__}; arch {args.arch}, "
             f"{args.dtype}; best of {args.repeats} interleaved runs of {args.steps} steps for training.\n\n"
-            + markdown(table))
+            + markdown(table) + "\n" + paired_markdown(paired, args.paired_steps))
     print(text)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
         with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-            json.dump(table, f, indent=1)
+            json.dump(table + paired, f, indent=1)
 
 
 if __name__ == "__main__":

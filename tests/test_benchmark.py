@@ -12,9 +12,13 @@ pytestmark = pytest.mark.slow
 def test_benchmark_smoke_measures_every_mode_against_the_baseline():
     proc = subprocess.run([sys.executable, "benchmarks/bench.py", "--smoke"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ") and "tokens/s" not in line]
-    assert len(rows) == 9  # (training, eval, sliding) x (sinusoidal, alibi, fork)
-    for what, length, stride, windows, mode, tps, mib, speed, memory in (map(str.strip, r) for r in rows):
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ")]
+    table = [r for r in rows if len(r) == 9 and "tokens/s" not in r[5]]
+    paired = [r for r in rows if len(r) == 3 and "mode" not in r[1]]
+    assert len(table) == 9  # (training, eval, sliding) x (sinusoidal, alibi, fork)
+    assert [p[1].strip() for p in paired] == ["sinusoidal", "alibi", "fork"]
+    assert all(float(p[2]) > 0 for p in paired) and float(paired[0][2]) == 1.0
+    for what, length, stride, windows, mode, tps, mib, speed, memory in (map(str.strip, r) for r in table):
         assert float(tps) > 0 and float(mib) > 0, (what, mode)
         assert float(speed) > 0 and float(memory) > 0
         if mode == "sinusoidal":
