@@ -31,7 +31,7 @@ MODES = ("sinusoidal", "alibi", "fork")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-VOCAB = 33276  # WikiText-2's dictionary
+VOCABS = {"small": 33276, "wiki103": 267735}  # WikiText-2's and WikiText-103's dictionaries
 TOKENS = 4096  # tokens per training batch (--max-tokens of the CPU recipe)
 
 
@@ -45,7 +45,7 @@ def build(mode, arch, device, dtype):
     else:
         flags, name = [], f"alibi_transformer_lm_{arch}"
     torch.manual_seed(0)
-    model, _ = build_model(name, VOCAB, flags)
+    model, _ = build_model(name, VOCABS[arch], flags)
     if mode == "fork":
         make_fork_style(model.decoder)
     return model.to(device=device, dtype=dtype)
@@ -72,10 +72,10 @@ def make_fork_style(decoder):
     decoder.attention_mask = attention_mask
 
 
-def batches(length, tokens, count, device):
+def batches(length, tokens, count, device, vocab):
     g = torch.Generator().manual_seed(1)
     rows = max(1, tokens // length)
-    return [torch.randint(4, VOCAB + 4, (rows, length), generator=g).to(device) for _ in range(count)]
+    return [torch.randint(4, vocab + 4, (rows, length), generator=g).to(device) for _ in range(count)]
 
 
 def sync(device):
@@ -98,7 +98,7 @@ def measure(job):
     if job["kind"] == "train":
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-        data = batches(job["length"], TOKENS, steps + warmup, device)
+        data = batches(job["length"], TOKENS, steps + warmup, device, VOCABS[job["arch"]])
         for i, x in enumerate(data):
             if i == warmup:
                 sync(device)
@@ -115,11 +115,10 @@ def measure(job):
         model.eval()
         l_valid, stride, rows = job["length"], job["stride"], job["rows"]
         if stride:  # sliding windows: each scores its last `stride` tokens
-            windows = [torch.randint(4, VOCAB + 4, (rows, l_valid), generator=torch.Generator().manual_seed(i)).to(device)
-                       for i in range(steps + warmup)]
+            windows = [batches(l_valid, rows * l_valid, 1, device, VOCABS[job["arch"]])[0] for _ in range(steps + warmup)]
             data, score_from = windows, l_valid - stride
         else:
-            data, score_from = batches(l_valid, max(l_valid, TOKENS), steps + warmup, device), 0
+            data, score_from = batches(l_valid, max(l_valid, TOKENS), steps + warmup, device, VOCABS[job["arch"]]), 0
         with torch.no_grad():
             for i, x in enumerate(data):
                 if i == warmup:
@@ -145,7 +144,7 @@ def paired_training(job):
     device, dtype = torch.device(job["device"]), getattr(torch, job["dtype"])
     models = {mode: build(mode, job["arch"], device, dtype).train() for mode in MODES}
     optimizers = {mode: torch.optim.Adam(m.parameters(), lr=1e-4) for mode, m in models.items()}
-    x = batches(job["length"], TOKENS, 1, device)[0]
+    x = batches(job["length"], TOKENS, 1, device, VOCABS[job["arch"]])[0]
     times = {mode: [] for mode in MODES}
     for step in range(job["steps"] + 1):
         for mode in MODES[step % 3:] + MODES[: step % 3]:  # rotate the order too

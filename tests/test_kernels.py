@@ -16,14 +16,19 @@ def twins(kernel, dtype=torch.float32, device="cpu"):
     return reference.to(device, dtype), other.to(device, dtype), d
 
 
+def assert_same_logits(model, reference, tokens, rtol=1e-4, atol=1e-5):
+    """model's logits equal reference's, in one full forward and step by step with the cache."""
+    with torch.no_grad():
+        expected = reference(tokens)[0].float()
+        torch.testing.assert_close(model(tokens)[0].float(), expected, rtol=rtol, atol=atol)
+        state = {}
+        steps = [model(tokens[:, : t + 1], incremental_state=state)[0] for t in range(tokens.size(1))]
+    torch.testing.assert_close(torch.cat(steps, dim=1).float(), expected, rtol=rtol, atol=atol)
+
+
 def test_flex_attention_matches_the_reference_path():
     reference, flex, d = twins("flex")
-    tokens = random_tokens(len(d), 2, 24)
-    with torch.no_grad():
-        torch.testing.assert_close(flex(tokens)[0], reference(tokens)[0], rtol=1e-4, atol=1e-5)
-        state = {}
-        steps = torch.cat([flex(tokens[:, : t + 1], incremental_state=state)[0] for t in range(24)], dim=1)
-    torch.testing.assert_close(steps, reference(tokens)[0], rtol=1e-4, atol=1e-5)
+    assert_same_logits(flex, reference, random_tokens(len(d), 2, 24))
 
 
 def test_auto_uses_the_reference_path_without_flash_attention():
@@ -49,13 +54,7 @@ def test_flash_attention_matches_the_reference_path_on_gpu(dtype):
     if flash_available(probe):
         pytest.skip(flash_available(probe))
     reference, flash, d = twins("flash", dtype, "cuda")
-    tokens = random_tokens(len(d), 2, 64).cuda()
-    with torch.no_grad():
-        full = reference(tokens)[0].float()
-        torch.testing.assert_close(flash(tokens)[0].float(), full, rtol=2e-2, atol=2e-2)
-        state = {}
-        steps = torch.cat([flash(tokens[:, : t + 1], incremental_state=state)[0] for t in range(64)], dim=1)
-    torch.testing.assert_close(steps.float(), full, rtol=2e-2, atol=2e-2)
+    assert_same_logits(flash, reference, random_tokens(len(d), 2, 64).cuda(), rtol=2e-2, atol=2e-2)
 
 
 def documented_flash_attn_func(q, k, v, dropout_p=0.0, causal=False, alibi_slopes=None):
@@ -79,9 +78,4 @@ def test_flash_path_passes_fa2_its_layout_and_slopes(monkeypatch):
     monkeypatch.setattr(kernels, "flash_attn_func", documented_flash_attn_func, raising=False)
     monkeypatch.setattr(alibi_lm, "flash_available", lambda x: None)
     reference, flash, d = twins("flash")
-    tokens = random_tokens(len(d), 2, 20)
-    with torch.no_grad():
-        torch.testing.assert_close(flash(tokens)[0], reference(tokens)[0], rtol=1e-4, atol=1e-5)
-        state = {}
-        steps = torch.cat([flash(tokens[:, : t + 1], incremental_state=state)[0] for t in range(20)], dim=1)
-    torch.testing.assert_close(steps, reference(tokens)[0], rtol=1e-4, atol=1e-5)
+    assert_same_logits(flash, reference, random_tokens(len(d), 2, 20))

@@ -117,3 +117,18 @@ def test_fairseq_interactive_generates_with_the_plugin(toy_checkpoint, wt2_slice
     assert proc.returncode == 0, proc.stderr[-2000:]
     hypothesis = [line for line in proc.stdout.splitlines() if line.startswith("H-0")]
     assert hypothesis and "The game" in hypothesis[0] and len(hypothesis[0].split("\t")[-1].split()) > 2
+
+
+@pytest.mark.parametrize("config", ["wiki103_alibi", "wiki103_sinusoidal"])
+def test_hydra_configs_train(config, wt2_slice, tmp_path):
+    """The paper's recipe as hydra configs, at toy size (2 updates on CPU)."""
+    toy = ["model.decoder_layers=1", "model.decoder_embed_dim=64", "model.decoder_input_dim=64",
+           "model.decoder_output_dim=64", "model.decoder_ffn_embed_dim=128",
+           "model.adaptive_input_cutoff='2000,10000'", "model.adaptive_softmax_cutoff='2000,10000'"]
+    run(["fairseq-hydra-train", "--config-dir", "configs", "--config-name", config, f"task.data={wt2_slice}",
+         f"checkpoint.save_dir={tmp_path}", "task.tokens_per_sample=32", "dataset.max_tokens=1024",
+         "optimization.max_update=2", "common.fp16=false", "common.cpu=true", "dataset.disable_validation=true",
+         *toy])
+    state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["cfg"]["model"]["_name"] == ("alibi_transformer_lm" if "alibi" in config else "transformer_lm")
+    assert state["cfg"]["optimizer"]["_name"] == "nag" and state["optimizer_history"][-1]["num_updates"] == 2
