@@ -143,14 +143,13 @@ class AlibiTransformerDecoder(TransformerDecoder):
         """ALiBi + causal mask (1, heads, T, S), computed in fp32, added in the attention dtype.
 
         4-D because PyTorch's fused CPU kernel takes 2-D or 4-D masks only (a 3-D one falls back
-        to the unfused path, 6x slower); the size-1 batch dimension broadcasts. Right padding
-        (fairseq's LM batches) needs no mask: padded keys lie in the future of every real query.
-        Any other padding is folded in, giving (batch, heads, T, S).
+        to the unfused path, 6x slower); the size-1 batch dimension broadcasts. A padding_mask
+        (padding that is not only on the right) is folded in, giving (batch, heads, T, S).
         """
         mask = self.square_mask(key_len, dtype) if query_len == key_len else None
         if mask is None:  # incremental decoding: a few rows over the cached keys
             mask = alibi_mask(self.alibi_slopes, query_len, key_len)[None].to(dtype)
-        if padding_mask is not None and not is_right_padding(padding_mask):
+        if padding_mask is not None:
             pad = padding_mask[:, None, None, :]
             diagonal = torch.eye(key_len, dtype=torch.bool, device=mask.device)[-query_len:]
             # A padded query still attends to itself, so that no row is all -inf (NaN).
@@ -159,9 +158,9 @@ class AlibiTransformerDecoder(TransformerDecoder):
 
     def choose_kernel(self, x: Tensor, padding_mask: Optional[Tensor]) -> str:
         """--alibi-attention: sdpa (dense mask), flash or flex (bias in the kernel), or auto
-        (flash where it can run, else sdpa). Padding other than on the right needs the mask."""
+        (flash where it can run, else sdpa). A padding_mask to fold in needs the dense mask."""
         choice = self.attention_kernel
-        if choice == "sdpa" or (padding_mask is not None and not is_right_padding(padding_mask)):
+        if choice == "sdpa" or padding_mask is not None:
             return "sdpa"
         why_not = flash_available(x) if choice in ("flash", "auto") else None
         if choice == "flash" and why_not:
@@ -208,7 +207,9 @@ class AlibiTransformerDecoder(TransformerDecoder):
         x = x.transpose(0, 1)  # B x T x C -> T x B x C
 
         padding_mask = tokens.eq(self.padding_idx) if incremental_state is None else None
-        if padding_mask is not None and not padding_mask.any():
+        if padding_mask is not None and is_right_padding(padding_mask):
+            # fairseq's LM batches: padded keys lie in the future of every real query, so the
+            # causal mask already hides them; only other padding has to be masked.
             padding_mask = None
         kernel = self.choose_kernel(x, padding_mask)
         if kernel == "sdpa":
@@ -238,7 +239,7 @@ class AlibiTransformerDecoder(TransformerDecoder):
 
 
 def is_right_padding(padding_mask: Tensor) -> bool:
-    """True if, in every row, padding only appears after the last real token."""
+    """True if, in every row, padding only appears after the last real token (or nowhere)."""
     return bool((padding_mask.long().cummax(dim=1).values == padding_mask.long()).all())
 
 
