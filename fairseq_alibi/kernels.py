@@ -17,8 +17,6 @@ try:  # optional: GPU users install it themselves
 except ImportError:
     flash_attn = None
 
-KERNELS = ("sdpa", "flash", "flex")
-
 
 def flash_available(x: Tensor) -> Optional[str]:
     """None if FlashAttention-2's ALiBi can run on x, else why not."""
