@@ -31,6 +31,14 @@ esac
 # Processes in this job: the launcher's world size, else one per GPU on this node.
 node_gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 world=${WORLD_SIZE:-${SLURM_NTASKS:-$node_gpus}}
+# fairseq starts its distributed set-up (env:// under torchrun, SLURM's variables under srun)
+# only when told the world size, and SLURM also needs a port.
+launcher=()
+if [ -n "${WORLD_SIZE:-}" ]; then
+  launcher=(--distributed-world-size "$WORLD_SIZE")
+elif [ "${SLURM_NTASKS:-1}" -gt 1 ]; then
+  launcher=(--distributed-world-size "$SLURM_NTASKS" --distributed-port "${MASTER_PORT:-29500}")
+fi
 
 if [ "$preset" = wiki103 ]; then
   # The paper: 8 GPUs x 9216 tokens per update (L=3072: 3072 tokens x update-freq 3), NAG,
@@ -66,4 +74,4 @@ exec fairseq-train "$data" --task language_modeling --save-dir "$save_dir" "${mo
   --criterion adaptive_loss --ddp-backend legacy_ddp --tokens-per-sample "$length" \
   --sample-break-mode none --skip-invalid-size-inputs-valid-test --no-epoch-checkpoints \
   --keep-interval-updates 1 \
-  "${recipe[@]}" "${precision[@]}" "$@"
+  "${recipe[@]}" "${precision[@]}" "${launcher[@]}" "$@"
