@@ -83,6 +83,16 @@ def sync(device):
         torch.cuda.synchronize()
 
 
+def train_step(model, optimizer, x):
+    """Forward, adaptive-softmax loss (what fairseq's adaptive_loss computes), backward, step."""
+    features = model(x)[0]
+    logits, targets = model.decoder.adaptive_softmax(features, x.reshape(-1))
+    sum(torch.nn.functional.cross_entropy(l.float(), t, reduction="sum")
+        for l, t in zip(logits, targets) if t is not None).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def target_log_probs(model, features, target):
     """What fairseq's eval scores: log p(target) under the adaptive softmax."""
     lprobs = model.decoder.adaptive_softmax.get_log_prob(features, target)
@@ -103,13 +113,7 @@ def measure(job):
             if i == warmup:
                 sync(device)
                 start = time.perf_counter()
-            features = model(x)[0]
-            logits, targets = model.decoder.adaptive_softmax(features, x.reshape(-1))
-            loss = sum(torch.nn.functional.cross_entropy(l.float(), t, reduction="sum")
-                       for l, t in zip(logits, targets) if t is not None)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            train_step(model, opt, x)
         scored = steps * data[0].numel()
     else:
         model.eval()
@@ -151,12 +155,7 @@ def paired_training(job):
             model = models[mode]
             sync(device)
             start = time.perf_counter()
-            features = model(x)[0]
-            logits, targets = model.decoder.adaptive_softmax(features, x.reshape(-1))
-            sum(torch.nn.functional.cross_entropy(l.float(), t, reduction="sum")
-                for l, t in zip(logits, targets) if t is not None).backward()
-            optimizers[mode].step()
-            optimizers[mode].zero_grad(set_to_none=True)
+            train_step(model, optimizers[mode], x)
             sync(device)
             if step > 0:  # the first round warms up
                 times[mode].append(time.perf_counter() - start)

@@ -1,7 +1,7 @@
 """fairseq glue: an ALiBi transformer language model (no position embeddings).
 
-The decoder builds the causal ALiBi mask once per forward, before the layer loop, from the
-current query and key lengths only, so any batch size and evaluation length work, and
+The decoder builds the causal ALiBi mask before the layer loop (reusing it while batches fit
+in it), from the current query and key lengths only, so any batch size and evaluation length work, and
 incremental decoding gets the bias row of each new query over all cached keys.
 """
 from dataclasses import dataclass, field
@@ -85,9 +85,9 @@ class AlibiSelfAttention(MultiheadAttention):
         # any key padding folded in (so key_padding_mask is unused), or an InKernelBias naming a
         # kernel that adds the bias itself.
         tgt_len, bsz, embed_dim = query.size()
-        q = self.q_proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-        k = self.k_proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-        v = self.v_proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        # T x B x C -> B x heads x T x head_dim, for each projection
+        q, k, v = (proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
         if incremental_state is not None:
             saved_state = self._get_input_buffer(incremental_state)
             if "prev_key" in saved_state:

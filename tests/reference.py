@@ -47,3 +47,13 @@ def naive_model(model, tokens, features_only=False):
         x = dec.project_out_dim(x) if dec.project_out_dim is not None else x
         outs.append(x if features_only else dec.output_projection(x))
     return torch.stack(outs)
+
+
+def assert_same_logits(model, reference, tokens, rtol=1e-4, atol=1e-5):
+    """model's logits equal reference's, in one full forward and step by step with the cache."""
+    with torch.no_grad():
+        expected = reference(tokens)[0].float()
+        torch.testing.assert_close(model(tokens)[0].float(), expected, rtol=rtol, atol=atol)
+        state = {}
+        steps = [model(tokens[:, : t + 1], incremental_state=state)[0] for t in range(tokens.size(1))]
+    torch.testing.assert_close(torch.cat(steps, dim=1).float(), expected, rtol=rtol, atol=atol)

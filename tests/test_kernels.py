@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from conftest import TINY, build_model, random_tokens
+from reference import assert_same_logits
 from fairseq_alibi.alibi_lm import AlibiConfigError
 from fairseq_alibi.kernels import flash_available
 
@@ -14,16 +15,6 @@ def twins(kernel, dtype=torch.float32, device="cpu"):
     torch.manual_seed(0)
     other, _ = build_model(extra=[*TINY, "--alibi-attention", kernel])
     return reference.to(device, dtype), other.to(device, dtype), d
-
-
-def assert_same_logits(model, reference, tokens, rtol=1e-4, atol=1e-5):
-    """model's logits equal reference's, in one full forward and step by step with the cache."""
-    with torch.no_grad():
-        expected = reference(tokens)[0].float()
-        torch.testing.assert_close(model(tokens)[0].float(), expected, rtol=rtol, atol=atol)
-        state = {}
-        steps = [model(tokens[:, : t + 1], incremental_state=state)[0] for t in range(tokens.size(1))]
-    torch.testing.assert_close(torch.cat(steps, dim=1).float(), expected, rtol=rtol, atol=atol)
 
 
 def test_flex_attention_matches_the_reference_path():
