@@ -36,7 +36,7 @@ TOKENS = 4096  # tokens per training batch (--max-tokens of the CPU recipe)
 
 
 def build(mode, arch, device, dtype):
-    from fairseq_alibi.alibi_lm import SMALL_TWIN_FLAGS
+    from fairseq_alibi.decoder import SMALL_TWIN_FLAGS
     from fairseq_alibi.build import build_model
 
     if mode == "sinusoidal":
@@ -60,7 +60,7 @@ def make_fork_style(decoder):
         decoder._batch_size = prev_output_tokens.size(0)
         return original(prev_output_tokens, *args, **kwargs)
 
-    def attention_mask(query_len, key_len, dtype, padding_mask):
+    def position_mask(query_len, key_len, dtype, device):
         slopes = decoder.alibi_slopes
         key_pos = torch.arange(key_len, device=slopes.device, dtype=torch.float32)
         bias = slopes[:, None, None] * key_pos[None, None, :]  # heads x 1 x S
@@ -69,7 +69,7 @@ def make_fork_style(decoder):
         return mask.repeat(decoder._batch_size, 1, 1).view(decoder._batch_size, *mask.shape)
 
     decoder.extract_features_scriptable = extract_features
-    decoder.attention_mask = attention_mask
+    decoder.position_mask = position_mask
 
 
 def batches(length, tokens, count, device, vocab):

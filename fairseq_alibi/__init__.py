@@ -1,7 +1,10 @@
-"""fairseq_alibi: ALiBi (Press, Smith & Lewis, ICLR 2022) as a fairseq user dir.
+"""fairseq_alibi: ALiBi (Press, Smith & Lewis, ICLR 2022) as a fairseq user dir, with the
+paper's rotary and T5-bias baselines.
 
-Use with `fairseq-train --user-dir fairseq_alibi --arch alibi_transformer_lm_small ...`.
-The math (slopes, bias) lives in `alibi.py` and needs only torch.
+Use with `fairseq-train --user-dir fairseq_alibi --arch alibi_transformer_lm_small ...`
+(or rotary_transformer_lm_small, t5_bias_transformer_lm_small). The math (ALiBi slopes, bias and
+slope scaling; rotary angles; T5 buckets) lives in alibi.py, rotary.py and t5_bias.py and needs
+only torch; decoder.py is the fairseq glue they share.
 """
 import numpy as np
 
@@ -10,4 +13,5 @@ import numpy as np
 if not hasattr(np, "compat"):
     np.compat = type("compat", (), {"long": np.int64})
 
-from . import alibi_lm  # noqa: E402,F401  (registers the model and its architectures)
+# Registering the models and their architectures.
+from . import alibi_lm, rotary_lm, t5_bias_lm  # noqa: E402,F401

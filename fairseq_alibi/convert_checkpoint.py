@@ -15,11 +15,13 @@ import logging
 
 import torch
 
-from .alibi_lm import AlibiConfigError, AlibiTransformerLanguageModelConfig
+from .alibi_lm import AlibiTransformerLanguageModelConfig
+from .decoder import ConfigError
 
 logger = logging.getLogger(__name__)
 
 POSITION_BUFFER = "decoder.embed_positions._float_tensor"
+ALIBI_FIELDS = [f for f in dataclasses.fields(AlibiTransformerLanguageModelConfig) if f.name.startswith("alibi_")]
 
 
 def convert_state(state, force=False, name="checkpoint"):
@@ -30,7 +32,7 @@ def convert_state(state, force=False, name="checkpoint"):
 
         cfg = convert_namespace_to_omegaconf(state.pop("args"))
     if cfg is None or "model" not in cfg or "model" not in state:
-        raise AlibiConfigError(f"{name} has no model config or weights: is it a fairseq checkpoint?")
+        raise ConfigError(f"{name} has no model config or weights: is it a fairseq checkpoint?")
     from omegaconf import OmegaConf
 
     if not isinstance(cfg, dict):
@@ -38,15 +40,22 @@ def convert_state(state, force=False, name="checkpoint"):
     model_cfg = cfg["model"]
     arch = model_cfg.get("arch") or model_cfg.get("_name")
     if str(model_cfg.get("_name")).startswith("alibi_"):
-        raise AlibiConfigError(f"{name} is already an ALiBi checkpoint ({model_cfg['_name']}): nothing to do")
+        missing = [f for f in ALIBI_FIELDS if f.name not in model_cfg]
+        if not missing:
+            raise ConfigError(f"{name} is already an ALiBi checkpoint ({model_cfg['_name']}): nothing to do")
+        # Trained before these options existed: fairseq drops --model-overrides of absent fields.
+        model_cfg.update({f.name: f.default for f in missing})
+        state["cfg"] = cfg
+        logger.info("added %s to %s", ", ".join(f.name for f in missing), name)
+        return state
     task = (cfg.get("task") or {}).get("_name")
     if task != "language_modeling" or not str(arch).startswith("transformer_lm"):
-        raise AlibiConfigError(
+        raise ConfigError(
             f"{name} is a {task} / {arch} checkpoint, not a transformer language model: only the "
             "paper's transformer_lm checkpoints can be converted"
         )
     if "max_tokens" not in model_cfg and not force:
-        raise AlibiConfigError(
+        raise ConfigError(
             f"{name} lacks the fork's max_tokens model field, so it looks like a stock (sinusoidal) "
             "model that ALiBi would score wrongly; pass --force to convert it anyway"
         )
@@ -54,6 +63,7 @@ def convert_state(state, force=False, name="checkpoint"):
     known = {f.name for f in dataclasses.fields(AlibiTransformerLanguageModelConfig)}
     dropped = sorted(k for k in model_cfg if k not in known and k != "_name")
     new_cfg = {k: v for k, v in model_cfg.items() if k in known}
+    new_cfg.update({f.name: f.default for f in ALIBI_FIELDS})  # so --model-overrides can set them
     new_cfg["_name"] = "alibi_transformer_lm"
     new_cfg["arch"] = "alibi_transformer_lm_wiki103" if "wiki103" in str(arch) else "alibi_transformer_lm"
     new_cfg["no_token_positional_embeddings"] = True
@@ -73,7 +83,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.source == args.target:
-        raise AlibiConfigError("write the converted checkpoint to a new file, not over the original")
+        raise ConfigError("write the converted checkpoint to a new file, not over the original")
     state = torch.load(args.source, map_location="cpu", weights_only=False)
     torch.save(convert_state(state, force=args.force, name=args.source), args.target)
     print(f"wrote {args.target}: load it with --user-dir fairseq_alibi (no --model-overrides needed)")

@@ -6,8 +6,10 @@
 # STRIDE 0 (the default) is nonoverlapping evaluation (the paper's main tables); STRIDE S > 0
 # slides a window of L_valid tokens by S tokens (--context-window L_valid-S), scoring only the
 # last S: S=1 is the paper's Tables 13-15 (costs about L_valid times nonoverlapping), S=512 its
-# Table 7. Windows are batched (the ALiBi mask does not depend on batch size).
+# Table 7; S=/K slides by L_valid / K. Windows are batched (the ALiBi mask does not depend on batch size).
 # Appends one JSON line per (checkpoint, split, L_valid, stride); SPLIT=valid|test (default valid).
+# ALiBi checkpoints: ALIBI_SCALING=linear|ntk|dynamic_ntk rescales the slopes without retraining,
+# by ALIBI_SCALING_FACTOR (default: L_valid / L_train for linear and ntk, 1 for dynamic_ntk).
 set -euo pipefail
 
 usage='usage: scripts/eval.sh CHECKPOINT DATA OUT.jsonl "L_VALID..." ["STRIDE..."] [-- flags]'
@@ -21,17 +23,21 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 [ -f "$checkpoint" ] || { echo "error: no checkpoint at $checkpoint" >&2; exit 1; }
 
 # What was trained: model name and training length, read from the checkpoint's own config.
-read -r model train_length < <(python3 - "$checkpoint" <<'EOF'
+read -r model train_length has_scaling < <(python3 - "$checkpoint" <<'EOF'
 import sys, torch
 cfg = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)["cfg"]
-print(cfg["model"]["_name"], cfg["task"]["tokens_per_sample"])
+print(cfg["model"]["_name"], cfg["task"]["tokens_per_sample"], int("alibi_scaling" in cfg["model"]))
 EOF
 )
-case $model in
-  alibi_*) overrides="{}" ;;
-  # Stock position-embedding models refuse lengths past their training length unless told.
-  *) overrides="{'max_target_positions': 1000000}" ;;
+scaling=${ALIBI_SCALING:-none}
+case $scaling in none|linear|ntk|dynamic_ntk) ;; *)
+  echo "error: ALIBI_SCALING=$scaling: use none, linear, ntk or dynamic_ntk" >&2; exit 1 ;;
 esac
+if [ "$scaling" != none ]; then
+  case $model in alibi_*) ;; *) echo "error: ALIBI_SCALING applies to ALiBi checkpoints, $checkpoint is $model" >&2; exit 1 ;; esac
+  # fairseq silently ignores --model-overrides of fields a checkpoint's config lacks.
+  [ "$has_scaling" = 1 ] || { echo "error: $checkpoint predates ALiBi scaling: add it with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt" >&2; exit 1; }
+fi
 
 # fairseq prints "Evaluated 217,646 tokens in 12.3s (17695.61 tokens/s)" and
 # "Loss (base 2): 8.5213, Perplexity: 367.45"; turn them into one JSON line.
@@ -40,22 +46,34 @@ import json, re, sys
 log = sys.stdin.read()
 tokens, seconds, tps = re.search(r"Evaluated ([\d,]+) tokens in ([\d.]+)s \(([\d.]+) tokens/s\)", log).groups()
 loss, ppl = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", log).groups()
-ckpt, model, train_length, split, l_valid, stride = sys.argv[1:]
+ckpt, model, train_length, split, l_valid, stride, stride_rule, scaling, factor = sys.argv[1:]
 print(json.dumps({"checkpoint": ckpt, "model": model, "train_length": int(train_length),
-    "split": split, "l_valid": int(l_valid), "stride": int(stride), "loss_base2": float(loss),
+    "split": split, "l_valid": int(l_valid), "stride": int(stride), "stride_rule": stride_rule, "scaling": scaling,
+    "scaling_factor": float(factor) if scaling != "none" else None, "loss_base2": float(loss),
     "perplexity": float(ppl), "tokens": int(tokens.replace(",", "")), "seconds": float(seconds),
     "tokens_per_s": float(tps)}))
 '
 mkdir -p "$(dirname "$out")"
 for l_valid in $lengths; do
-  for stride in $strides; do
+  for stride in $strides; do  # a number, or /K for L_valid / K
+    stride_rule=$stride
+    case $stride in /*) stride=$((l_valid / ${stride#/})); stride_rule="L_valid$stride_rule" ;; esac
     if [ "$stride" -eq 0 ]; then context=0; else context=$((l_valid - stride)); fi
     if [ "$context" -lt 0 ]; then echo "skipping stride $stride > L_valid $l_valid" >&2; continue; fi
+    case $scaling:$model in
+      none:alibi_*|none:rotary_*|none:t5_bias_*) overrides="{}"; factor=1 ;;
+      # Stock position-embedding models refuse lengths past their training length unless told.
+      none:*) overrides="{'max_target_positions': 1000000}"; factor=1 ;;
+      dynamic_ntk:*) factor=${ALIBI_SCALING_FACTOR:-1}
+        overrides="{'alibi_scaling': 'dynamic_ntk', 'alibi_scaling_factor': $factor, 'alibi_train_length': $train_length}" ;;
+      *) factor=${ALIBI_SCALING_FACTOR:-$(python3 -c "print($l_valid / $train_length)")}
+        overrides="{'alibi_scaling': '$scaling', 'alibi_scaling_factor': $factor}" ;;
+    esac
     log=$(fairseq-eval-lm "$data" --user-dir "$here/fairseq_alibi" --path "$checkpoint" \
       --gen-subset "$split" --tokens-per-sample "$l_valid" --context-window "$context" \
       --max-tokens "$(( l_valid > 16384 ? l_valid : 16384 ))" --model-overrides "$overrides" \
       --num-workers 0 --no-progress-bar "$@" 2>&1) || { echo "$log" >&2; exit 1; }
-    python3 -c "$to_json" "$checkpoint" "$model" "$train_length" "$split" "$l_valid" "$stride" <<< "$log" >> "$out"
+    python3 -c "$to_json" "$checkpoint" "$model" "$train_length" "$split" "$l_valid" "$stride" "$stride_rule" "$scaling" "$factor" <<< "$log" >> "$out"
     tail -n 1 "$out"
   done
 done

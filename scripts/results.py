@@ -5,7 +5,8 @@
 
 Writes, per (split, stride): DIR/table_<split>_stride<S>.{md,csv} with one row per (method,
 train L) and one column per L_valid (the layout of the paper's Table 5 / Tables 13-15), and
-DIR/figure_<split>_stride<S>.png (perplexity against L_valid; ALiBi solid, others dashed).
+DIR/figure_<split>_stride<S>.png (perplexity against L_valid; ALiBi solid, its slope scalings
+dotted, the other methods dashed).
 Prints the Markdown tables.
 """
 import argparse
@@ -21,8 +22,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def method_name(model):
-    return "ALiBi" if model.startswith("alibi") else "Sinusoidal"
+# Row labels in the paper's order (Tables 2-4), then ALiBi's inference-time slope scalings.
+METHODS = {"transformer_lm": "Sinusoidal", "rotary": "Rotary", "t5_bias": "T5 bias", "alibi": "ALiBi"}
+SCALINGS = {"none": "", "linear": " + linear interp.", "ntk": " + NTK", "dynamic_ntk": " + dynamic NTK"}
+ORDER = [m + s for m in METHODS.values() for s in SCALINGS.values()]
+
+
+def method_name(row):
+    model = row["model"]
+    method = next((name for prefix, name in METHODS.items() if model.startswith(prefix)), model)
+    return method + SCALINGS[row.get("scaling") or "none"]
 
 
 def load(paths):
@@ -33,7 +42,8 @@ def load(paths):
                 if line.strip():
                     r = json.loads(line)
                     # The last measurement of a configuration wins (reruns append).
-                    key = (r["split"], r["stride"], method_name(r["model"]), r["train_length"], r["l_valid"])
+                    stride = r.get("stride_rule") or str(r["stride"])  # "L_valid/2": one table
+                    key = (r["split"], stride, method_name(r), r["train_length"], r["l_valid"])
                     rows[key] = r["perplexity"]
     return rows
 
@@ -46,7 +56,8 @@ def tables(rows):
     out = {}
     for key, lines in sorted(grouped.items()):
         l_valids = sorted({lv for line in lines.values() for lv in line})
-        out[key] = (l_valids, dict(sorted(lines.items(), key=lambda kv: (kv[0][0] != "ALiBi", kv[0][1]))))
+        rank = lambda kv: (ORDER.index(kv[0][0]) if kv[0][0] in ORDER else len(ORDER), kv[0][0], kv[0][1])  # noqa: E731
+        out[key] = (l_valids, dict(sorted(lines.items(), key=rank)))
     return out
 
 
@@ -74,7 +85,8 @@ def figure(path, title, lines):
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     for (method, train_length), line in lines.items():
         xs = sorted(line)
-        ax.plot(xs, [line[x] for x in xs], marker="o", linestyle="-" if method == "ALiBi" else "--",
+        style = "-" if method == "ALiBi" else ":" if method.startswith("ALiBi") else "--"
+        ax.plot(xs, [line[x] for x in xs], marker="o", linestyle=style,
                 label=f"{method}, L={train_length}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -101,8 +113,8 @@ def main():
         p.error(f"no results in {', '.join(args.results)}: run scripts/eval.sh first")
     os.makedirs(args.out, exist_ok=True)
     for (split, stride), (l_valids, lines) in tables(rows).items():
-        name = f"{split}_stride{stride}"
-        kind = "nonoverlapping" if stride == 0 else f"sliding window, stride {stride}"
+        name = f"{split}_stride{stride.replace('L_valid/', '_Lvalid_over_')}"
+        kind = "nonoverlapping" if stride == "0" else f"sliding window, stride {stride}"
         md = markdown(l_valids, lines)
         with open(os.path.join(args.out, f"table_{name}.md"), "w") as f:
             f.write(md)

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Train an ALiBi LM or its sinusoidal twin (stock fairseq) at one training length L.
+# Train an ALiBi, rotary or T5-bias LM, or the sinusoidal twin (stock fairseq), at one training length L.
 #
 #   scripts/train.sh METHOD L DATA SAVE_DIR [PRESET] [-- extra fairseq-train flags]
 #
-# METHOD: alibi | sinusoidal.  PRESET: wiki103 (default; the paper's recipe) | small (CPU scale).
+# METHOD: alibi | rotary | t5_bias | sinusoidal.  PRESET: wiki103 (default; the paper's recipe) | small (CPU scale).
 # Rerunning the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's own resume).
 # Multi-GPU on one node: just run it (fairseq spawns one process per GPU). Multi-node: run it
 # under SLURM's srun or torchrun, which set SLURM_NTASKS / WORLD_SIZE.
 set -euo pipefail
 
-usage="usage: scripts/train.sh alibi|sinusoidal L DATA SAVE_DIR [wiki103|small] [-- flags]"
+usage="usage: scripts/train.sh alibi|rotary|t5_bias|sinusoidal L DATA SAVE_DIR [wiki103|small] [-- flags]"
 method=${1:?$usage}; length=${2:?$usage}; data=${3:?$usage}; save_dir=${4:?$usage}
 shift 4
 preset=wiki103
@@ -21,11 +21,11 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 case $length in ''|*[!0-9]*) echo "error: L must be a positive integer, got '$length'" >&2; exit 1 ;; esac
 
 case $preset:$method in
-  wiki103:alibi)      model=(--user-dir "$here/fairseq_alibi" --arch alibi_transformer_lm_wiki103) ;;
+  wiki103:alibi|wiki103:rotary|wiki103:t5_bias|small:alibi|small:rotary|small:t5_bias)
+                      model=(--user-dir "$here/fairseq_alibi" --arch "${method}_transformer_lm_$preset") ;;
   wiki103:sinusoidal) model=(--arch transformer_lm_wiki103) ;;
-  small:alibi)        model=(--user-dir "$here/fairseq_alibi" --arch alibi_transformer_lm_small) ;;
-  small:sinusoidal)   read -r -a model <<< "$(python3 -c 'from fairseq_alibi.alibi_lm import SMALL_TWIN_FLAGS; print(SMALL_TWIN_FLAGS)')" ;;
-  *) echo "error: unknown method/preset '$method'/'$preset': use alibi|sinusoidal and wiki103|small" >&2; exit 1 ;;
+  small:sinusoidal)   read -r -a model <<< "$(python3 -c 'from fairseq_alibi.decoder import SMALL_TWIN_FLAGS; print(SMALL_TWIN_FLAGS)')" ;;
+  *) echo "error: unknown method/preset '$method'/'$preset': use alibi|rotary|t5_bias|sinusoidal and wiki103|small" >&2; exit 1 ;;
 esac
 
 # Processes in this job: the launcher's world size, else one per GPU on this node.

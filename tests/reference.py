@@ -1,4 +1,5 @@
-"""The paper's equation written out naively: an independent reference for the model."""
+"""The position methods written out naively, one head and one query at a time: an independent
+reference for the models (the paper's equations, RoFormer's rotation, T5's buckets)."""
 import math
 
 import torch
@@ -7,21 +8,59 @@ import torch.nn.functional as F
 from fairseq_alibi.alibi import alibi_slopes
 
 
-def naive_attention(attn, x, slopes):
-    """softmax(q k^T / sqrt(d) + m * [-(i-1), ..., -1, 0]) v, one head and one query at a time.
+def naive_rotate(u, position, base=10000.0):
+    """RoFormer: rotate each pair (u[2k], u[2k+1]) by position * base^(-2k/d)."""
+    out = u.clone()
+    d = u.numel()
+    for k in range(d // 2):
+        angle = position * base ** (-2 * k / d)
+        c, s = math.cos(angle), math.sin(angle)
+        out[2 * k] = u[2 * k] * c - u[2 * k + 1] * s
+        out[2 * k + 1] = u[2 * k] * s + u[2 * k + 1] * c
+    return out
+
+
+def naive_t5_bucket(distance, num_buckets=32, max_distance=128):
+    """T5's _relative_position_bucket for a causal query (bidirectional=False), for one distance."""
+    n = max(distance, 0)
+    exact = num_buckets // 2
+    if n < exact:
+        return n
+    bucket = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact))
+    return min(bucket, num_buckets - 1)
+
+
+def position_terms(model):
+    """(bias(h, i, j), rotate(u, position)) of the model's position method."""
+    dec = model.decoder
+    name = type(dec).__name__
+    if name.startswith("Rotary"):
+        return (lambda h, i, j: 0.0), (lambda u, p: naive_rotate(u, p, dec.rotary_base))
+    if name.startswith("T5"):
+        table = dec.relative_attention_bias.weight
+        return (lambda h, i, j: table[naive_t5_bucket(i - j, dec.num_buckets, dec.max_distance), h]), None
+    slopes = alibi_slopes(dec.layers[0].self_attn.num_heads)
+    return (lambda h, i, j: -slopes[h] * (i - j)), None
+
+
+def naive_attention(attn, x, bias, rotate=None):
+    """softmax(q_i k_j / sqrt(d) + bias(h, i, j)) v over keys j <= i, one head and query at a time.
 
     x: (T, C) for one sequence; the weights are the module's q/k/v/out projections.
     """
     T, C = x.shape
-    H = len(slopes)
+    H = attn.num_heads
     d = C // H
     q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
     out = torch.zeros(T, C)
     for h in range(H):
         sl = slice(h * d, (h + 1) * d)
+        qh, kh = q[:, sl], k[:, sl]
+        if rotate is not None:
+            qh = torch.stack([rotate(qh[p], p) for p in range(T)])
+            kh = torch.stack([rotate(kh[p], p) for p in range(T)])
         for i in range(T):
-            scores = q[i, sl] @ k[: i + 1, sl].T / math.sqrt(d)
-            scores = scores + slopes[h] * torch.arange(-i, 1, dtype=torch.float32)
+            scores = torch.stack([qh[i] @ kh[j] / math.sqrt(d) + bias(h, i, j) for j in range(i + 1)])
             out[i, sl] = torch.softmax(scores, -1) @ v[: i + 1, sl]
     return attn.out_proj(out)
 
@@ -29,7 +68,7 @@ def naive_attention(attn, x, slopes):
 def naive_model(model, tokens, features_only=False):
     """The whole decoder, one sequence at a time, with the naive attention above."""
     dec = model.decoder
-    slopes = alibi_slopes(dec.layers[0].self_attn.num_heads)
+    bias, rotate = position_terms(model)
     outs = []
     for seq in tokens:
         x = dec.embed_scale * dec.embed_tokens(seq)
@@ -37,7 +76,7 @@ def naive_model(model, tokens, features_only=False):
         for layer in dec.layers:
             pre = layer.normalize_before
             h = layer.self_attn_layer_norm(x) if pre else x
-            x = x + naive_attention(layer.self_attn, h, slopes)
+            x = x + naive_attention(layer.self_attn, h, bias, rotate)
             x = x if pre else layer.self_attn_layer_norm(x)
             h = layer.final_layer_norm(x) if pre else x
             x = x + layer.fc2(F.relu(layer.fc1(h)))

@@ -4,7 +4,7 @@ import torch
 
 from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits
-from fairseq_alibi.alibi_lm import AlibiConfigError
+from fairseq_alibi.decoder import ConfigError
 from fairseq_alibi.kernels import flash_available
 
 
@@ -33,7 +33,7 @@ def test_forcing_flash_where_it_cannot_run_is_a_one_line_error():
     _, model, d = twins("flash")
     if flash_available(torch.zeros(1)) is None:
         pytest.skip("flash-attn can run here")
-    with pytest.raises(AlibiConfigError, match="--alibi-attention flash cannot run") as err:
+    with pytest.raises(ConfigError, match="--alibi-attention flash cannot run") as err:
         model(random_tokens(len(d), 1, 8))
     assert "\n" not in str(err.value.code)
 

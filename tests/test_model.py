@@ -5,7 +5,7 @@ import torch
 from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits, naive_attention, naive_model
 from fairseq_alibi.alibi import alibi_slopes
-from fairseq_alibi.alibi_lm import SMALL_TWIN_FLAGS, AlibiConfigError
+from fairseq_alibi.decoder import SMALL_TWIN_FLAGS, ConfigError
 
 
 @pytest.mark.parametrize("heads", [4, 6])
@@ -24,12 +24,13 @@ def test_one_attention_layer_matches_naive_equation(tiny_model):
     dec = tiny_model.decoder
     attn = dec.layers[0].self_attn
     x = torch.randn(9, 2, attn.embed_dim)  # T x B x C, as fairseq passes it
-    mask = dec.attention_mask(9, 9, x.dtype, None)
+    bias = dec.attention_bias(x, 9, 9, None)
     with torch.no_grad():
-        got, _ = attn(x, x, x, attn_mask=mask)
+        got, _ = attn(x, x, x, attn_mask=bias)
         slopes = alibi_slopes(attn.num_heads)
         for b in range(2):
-            torch.testing.assert_close(got[:, b], naive_attention(attn, x[:, b], slopes), rtol=1e-4, atol=1e-5)
+            expected = naive_attention(attn, x[:, b], lambda h, i, j: -slopes[h] * (i - j))
+            torch.testing.assert_close(got[:, b], expected, rtol=1e-4, atol=1e-5)
 
 
 def test_future_tokens_never_change_earlier_outputs(tiny_model):
@@ -111,7 +112,7 @@ def test_documented_twin_flags_give_the_same_parameters():
     ],
 )
 def test_bad_configuration_is_a_one_line_error(flags, message):
-    with pytest.raises(AlibiConfigError) as err:
+    with pytest.raises(ConfigError) as err:
         build_model(extra=[*TINY, *flags])
     text = str(err.value.code)
     assert message in text and "\n" not in text
@@ -122,8 +123,8 @@ def test_mask_is_accepted_by_the_fused_attention_kernel(tiny_model):
     on CPU at L=512): the decoder's mask must run with only the fused kernel allowed."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    tiny_model.decoder.attention_mask(100, 100, torch.float32, None)  # cache a larger mask first
-    mask = tiny_model.decoder.attention_mask(64, 64, torch.float32, None)  # a slice of it
+    tiny_model.decoder.position_mask(100, 100, torch.float32, "cpu")  # cache a larger mask first
+    mask = tiny_model.decoder.position_mask(64, 64, torch.float32, "cpu")  # a slice of it
     heads = tiny_model.decoder.layers[0].self_attn.num_heads
     q = k = v = torch.randn(3, heads, 64, 8)
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -135,16 +136,16 @@ def test_mask_is_accepted_by_the_fused_attention_kernel(tiny_model):
 
 def test_mask_does_not_grow_with_batch_size(tiny_model, monkeypatch):
     """Every layer receives one (1, heads, T, T) mask, whatever the batch size."""
-    from fairseq_alibi.alibi_lm import AlibiSelfAttention
+    from fairseq_alibi.decoder import RelativeSelfAttention
 
     shapes = []
-    original = AlibiSelfAttention.forward
+    original = RelativeSelfAttention.forward
 
     def recording_forward(self, query, key, value, **kwargs):
-        shapes.append(tuple(kwargs["attn_mask"].shape))
+        shapes.append(tuple(kwargs["attn_mask"].mask.shape))
         return original(self, query, key, value, **kwargs)
 
-    monkeypatch.setattr(AlibiSelfAttention, "forward", recording_forward)
+    monkeypatch.setattr(RelativeSelfAttention, "forward", recording_forward)
     with torch.no_grad():
         for batch in (1, 8):
             tiny_model(random_tokens(54, batch, 20))
@@ -156,9 +157,9 @@ def test_cached_mask_serves_shorter_batches_and_follows_slope_changes(tiny_model
     from fairseq_alibi.alibi import alibi_mask
 
     dec = tiny_model.decoder
-    long, short = dec.attention_mask(30, 30, torch.float32, None), dec.attention_mask(20, 20, torch.float32, None)
+    long, short = dec.position_mask(30, 30, torch.float32, 'cpu'), dec.position_mask(20, 20, torch.float32, 'cpu')
     assert torch.equal(short, alibi_mask(dec.alibi_slopes, 20, 20)[None])
     assert short.data_ptr() == long.data_ptr()  # a view of the cached mask, not a rebuild
     dec.alibi_slopes.mul_(0.5)  # e.g. slope interpolation at inference
-    torch.testing.assert_close(dec.attention_mask(20, 20, torch.float32, None), alibi_mask(dec.alibi_slopes, 20, 20)[None])
-    assert dec.attention_mask(20, 20, torch.float16, None).dtype == torch.float16
+    torch.testing.assert_close(dec.position_mask(20, 20, torch.float32, 'cpu'), alibi_mask(dec.alibi_slopes, 20, 20)[None])
+    assert dec.position_mask(20, 20, torch.float16, 'cpu').dtype == torch.float16

@@ -1,0 +1,51 @@
+"""T5-bias transformer LM: a learned bias per head and bucket of the distance i - j, computed
+once per forward and added in every layer, no position embeddings. One of the paper's baselines."""
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from fairseq.models import register_model
+from fairseq.models.transformer_lm import TransformerLanguageModelConfig
+
+from .decoder import ConfigError, RelativePositionDecoder, RelativePositionLanguageModel, register_architectures
+from .t5_bias import t5_buckets
+
+
+class T5BiasTransformerDecoder(RelativePositionDecoder):
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self.num_buckets, self.max_distance = args.t5_num_buckets, args.t5_max_distance
+        # Shared by all layers; T5's initialization (std d^-0.5).
+        self.relative_attention_bias = nn.Embedding(self.num_buckets, args.decoder_attention_heads)
+        nn.init.normal_(self.relative_attention_bias.weight, std=args.decoder_embed_dim**-0.5)
+
+    def position_mask(self, query_len, key_len, dtype, device):
+        """(1, heads, T, S): the learned bias of each distance's bucket, -inf on the future."""
+        positions = torch.arange(key_len, device=device)
+        distance = positions[key_len - query_len:, None] - positions[None, :]  # i - j
+        bias = self.relative_attention_bias(t5_buckets(distance, self.num_buckets, self.max_distance))
+        bias = bias.permute(2, 0, 1).to(dtype)  # (T, S, heads) -> (heads, T, S)
+        return bias.masked_fill(distance < 0, float("-inf"))[None]
+
+
+@dataclass
+class T5BiasTransformerLanguageModelConfig(TransformerLanguageModelConfig):
+    t5_num_buckets: int = field(default=32, metadata={"help": "learned biases per head (T5: 32)"})
+    t5_max_distance: int = field(default=128, metadata={"help": "distances beyond share the last bucket (T5: 128)"})
+
+
+@register_model("t5_bias_transformer_lm", dataclass=T5BiasTransformerLanguageModelConfig)
+class T5BiasTransformerLanguageModel(RelativePositionLanguageModel):
+    decoder_class = T5BiasTransformerDecoder
+    method = "T5 bias"
+
+    @classmethod
+    def build_model(cls, args, task):
+        if not (args.t5_num_buckets >= 2 and args.t5_max_distance > args.t5_num_buckets // 2):
+            raise ConfigError(f"T5 bias needs --t5-num-buckets >= 2 and --t5-max-distance > half of it, "
+                              f"got {args.t5_num_buckets} and {args.t5_max_distance}")
+        return super().build_model(args, task)
+
+
+register_architectures("t5_bias_transformer_lm")
