@@ -59,7 +59,9 @@ def test_converted_fork_checkpoint_is_alibi_with_the_same_weights(fork_checkpoin
 def test_conversion_refuses_what_it_cannot_convert(fork_checkpoint, tmp_path, case, message):
     state = torch.load(fork_checkpoint, map_location="cpu", weights_only=False)
     if case == "already":
-        state["cfg"]["model"]["_name"] = "alibi_transformer_lm"
+        state["cfg"]["model"]["_name"] = "alibi_transformer_lm"  # with all of today's options
+        state["cfg"]["model"].update(alibi_attention="auto", alibi_scaling="none", alibi_scaling_factor=1.0,
+                                     alibi_train_length=None)
     elif case == "translation":
         state["cfg"]["task"]["_name"] = "translation"
     else:

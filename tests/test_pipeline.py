@@ -132,3 +132,50 @@ def test_hydra_configs_train(config, wt2_slice, tmp_path):
     state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["cfg"]["model"]["_name"] == ("alibi_transformer_lm" if "alibi" in config else "transformer_lm")
     assert state["cfg"]["optimizer"]["_name"] == "nag" and state["optimizer_history"][-1]["num_updates"] == 2
+
+
+def test_comparison_script_toy_run(wt2_slice, tmp_path):
+    """examples/wikitext2/compare.sh end to end at toy size: four methods trained at L=16,
+    evaluated at 2L nonoverlapping and sliding, plus ALiBi's three slope scalings."""
+    env = dict(os.environ, DATA=wt2_slice, L="16", UPDATES="10", L_VALID="16 32",
+               OUT=str(tmp_path / "out"), CHECKPOINTS=str(tmp_path / "checkpoints"),
+               TRAIN_FLAGS=" ".join(["--max-tokens", "1024", *TOY]))
+    printed = run(["examples/wikitext2/compare.sh"], env=env)
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    runs = {(r["model"].split("_transformer")[0], r["scaling"], r["l_valid"], r["stride_rule"]) for r in rows}
+    methods = [("transformer_lm", "none"), ("rotary", "none"), ("t5_bias", "none"), ("alibi", "none")]
+    scalings = [("alibi", s) for s in ("linear", "ntk", "dynamic_ntk")]
+    expected = {(m, s, lv, rule) for m, s in methods for lv in (16, 32) for rule in ("0", "L_valid/2")}
+    expected |= {(m, s, 32, rule) for m, s in scalings for rule in ("0", "L_valid/2")}  # a = 1 at L
+    assert runs == expected and len(rows) == len(expected)
+    for r in rows:
+        assert math.isfinite(r["perplexity"]) and r["stride"] == (0 if r["stride_rule"] == "0" else r["l_valid"] // 2)
+        assert r["scaling_factor"] == {"none": None, "linear": 2.0, "ntk": 2.0, "dynamic_ntk": 1.0}[r["scaling"]]
+    ppl = {(r["model"].split("_transformer")[0], r["scaling"], r["l_valid"], r["stride"]): r["perplexity"] for r in rows}
+    for scaling in ("linear", "ntk", "dynamic_ntk"):  # the scaling reached the model
+        assert ppl[("alibi", scaling, 32, 0)] != ppl[("alibi", "none", 32, 0)]
+    for label in ("| Sinusoidal 16 |", "| Rotary 16 |", "| T5 bias 16 |", "| ALiBi 16 |",
+                  "| ALiBi + linear interp. 16 |", "| ALiBi + NTK 16 |", "| ALiBi + dynamic NTK 16 |"):
+        assert printed.count(label) == 2  # nonoverlapping and sliding tables
+    for name in ("table_valid_stride0.md", "table_valid_stride_Lvalid_over_2.csv", "figure_valid_stride_Lvalid_over_2.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+
+
+def test_scaling_needs_an_alibi_checkpoint_that_knows_the_option(toy_checkpoint, wt2_slice, tmp_path):
+    """fairseq drops --model-overrides of fields a checkpoint lacks: eval.sh refuses, and
+    convert_checkpoint adds them to checkpoints trained before the option existed."""
+    state = torch.load(toy_checkpoint, map_location="cpu", weights_only=False)
+    for key in ("alibi_scaling", "alibi_scaling_factor", "alibi_train_length"):
+        del state["cfg"]["model"][key]
+    old, upgraded = tmp_path / "old.pt", tmp_path / "upgraded.pt"
+    torch.save(state, old)
+    env = dict(os.environ, ALIBI_SCALING="ntk")
+    proc = subprocess.run(["scripts/eval.sh", old, wt2_slice, tmp_path / "r.jsonl", "64"], cwd=REPO,
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 1 and "predates ALiBi scaling" in proc.stderr and "convert_checkpoint" in proc.stderr
+    run(["python", "-m", "fairseq_alibi.convert_checkpoint", old, upgraded])
+    run(["scripts/eval.sh", upgraded, wt2_slice, tmp_path / "r.jsonl", "64"], env=env)
+    run(["scripts/eval.sh", toy_checkpoint, wt2_slice, tmp_path / "r.jsonl", "64"], env=env)
+    rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert rows[0]["scaling"] == "ntk" and rows[0]["scaling_factor"] == 2.0
+    assert rows[0]["perplexity"] == rows[1]["perplexity"]  # upgraded == trained with the option
