@@ -30,7 +30,7 @@ class AlibiTransformerDecoder(RelativePositionDecoder):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
         # Older configs lack the options added later: their defaults.
         self.attention_kernel = getattr(args, "alibi_attention", "auto")
-        self.scaling = getattr(args, "alibi_scaling", "none") or "none"
+        self.scaling = getattr(args, "alibi_scaling", "none")
         self.scaling_factor = float(getattr(args, "alibi_scaling_factor", 1.0))
         self.train_length = getattr(args, "alibi_train_length", None)
         slopes = torch.tensor(alibi_slopes(args.decoder_attention_heads), dtype=torch.float32)
