@@ -4,7 +4,9 @@ paper's rotary and T5-bias baselines.
 Use with `fairseq-train --user-dir fairseq_alibi --arch alibi_transformer_lm_small ...`
 (or rotary_transformer_lm_small, t5_bias_transformer_lm_small). The math (ALiBi slopes, bias and
 slope scaling; rotary angles; T5 buckets) lives in alibi.py, rotary.py and t5_bias.py and needs
-only torch; decoder.py is the fairseq glue they share.
+only torch; decoder.py is the fairseq glue they share. The criterion `lm_distillation`
+(distillation_criterion.py; its math in distillation.py) fine-tunes a model converted to ALiBi
+(convert_checkpoint.py --replace-positions) against the original.
 """
 import numpy as np
 
@@ -13,5 +15,5 @@ import numpy as np
 if not hasattr(np, "compat"):
     np.compat = type("compat", (), {"long": np.int64})
 
-# Registering the models and their architectures.
-from . import alibi_lm, rotary_lm, t5_bias_lm  # noqa: E402,F401
+# Registering the models, their architectures and the criterion.
+from . import alibi_lm, distillation_criterion, rotary_lm, t5_bias_lm  # noqa: E402,F401

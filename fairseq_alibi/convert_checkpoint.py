@@ -1,17 +1,26 @@
-"""Convert a checkpoint of the paper's fork (alibi_wt103_L*.pt) into this plugin's model.
+"""Convert a transformer LM checkpoint into this plugin's ALiBi model.
 
     python -m fairseq_alibi.convert_checkpoint alibi_wt103_L512.pt alibi_wt103_L512.alibi.pt
+    python -m fairseq_alibi.convert_checkpoint --replace-positions sinusoidal.pt alibi_init.pt
 
-The fork's checkpoints say `transformer_lm_wiki103`, so stock fairseq loads them silently as a
-sinusoidal model (about twice the true perplexity). This rewrites the model config to
-`alibi_transformer_lm` (same dimensions, no position embeddings), drops the fork-only
-`max_tokens` field and the unused sinusoid buffer `decoder.embed_positions._float_tensor`, and
-keeps every weight. A fork checkpoint is recognised by its `max_tokens` model field, which the
-fork added and stock fairseq lacks; `--force` converts other transformer LMs anyway.
+Two kinds of source:
+- A checkpoint of the paper's fork (alibi_wt103_L*.pt), trained with ALiBi. It says
+  `transformer_lm_wiki103`, so stock fairseq loads it silently as a sinusoidal model (about twice
+  the true perplexity). It is recognised by its `max_tokens` model field, which the fork added.
+- A stock `transformer_lm` with learned or sinusoidal positions, only with --replace-positions:
+  its position embeddings are dropped and ALiBi takes their place, a different model that needs
+  fine-tuning (see the README: "Give an existing model ALiBi"). Without the flag it is refused,
+  because scoring it as ALiBi is silently wrong.
+The model config becomes `alibi_transformer_lm` (same dimensions, no position embeddings), config
+fields the plugin does not know and the position parameters and buffers are dropped, every other
+weight is kept, and `fairseq_alibi_conversion` in the checkpoint records the source. An ALiBi
+checkpoint passes through unchanged (conversion is idempotent), except that one trained before the
+slope-scaling options existed gets their defaults, so that --model-overrides can set them.
 """
 import argparse
 import dataclasses
 import logging
+import os
 
 import torch
 
@@ -20,11 +29,21 @@ from .decoder import ConfigError
 
 logger = logging.getLogger(__name__)
 
-POSITION_BUFFER = "decoder.embed_positions._float_tensor"
+POSITION_PREFIX = "decoder.embed_positions."  # learned: .weight; sinusoidal: ._float_tensor
 ALIBI_FIELDS = [f for f in dataclasses.fields(AlibiTransformerLanguageModelConfig) if f.name.startswith("alibi_")]
+# Top-level key of the converted checkpoint saying where it came from (fairseq ignores it).
+PROVENANCE = "fairseq_alibi_conversion"
 
 
-def convert_state(state, force=False, name="checkpoint"):
+def source_positions(model_cfg) -> str:
+    if "max_tokens" in model_cfg:
+        return "alibi (the paper's fork)"
+    if model_cfg.get("no_token_positional_embeddings"):
+        return "none"
+    return "learned" if model_cfg.get("decoder_learned_pos") else "sinusoidal"
+
+
+def convert_state(state, replace_positions=False, name="checkpoint"):
     """Return the converted checkpoint dict (the input is modified in place)."""
     cfg = state.get("cfg")
     if cfg is None and state.get("args") is not None:  # checkpoints from argparse-era fairseq
@@ -37,27 +56,29 @@ def convert_state(state, force=False, name="checkpoint"):
 
     if not isinstance(cfg, dict):
         cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    state["cfg"] = cfg
     model_cfg = cfg["model"]
     arch = model_cfg.get("arch") or model_cfg.get("_name")
     if str(model_cfg.get("_name")).startswith("alibi_"):
         missing = [f for f in ALIBI_FIELDS if f.name not in model_cfg]
-        if not missing:
-            raise ConfigError(f"{name} is already an ALiBi checkpoint ({model_cfg['_name']}): nothing to do")
-        # Trained before these options existed: fairseq drops --model-overrides of absent fields.
-        model_cfg.update({f.name: f.default for f in missing})
-        state["cfg"] = cfg
-        logger.info("added %s to %s", ", ".join(f.name for f in missing), name)
+        if missing:  # trained before these options: fairseq drops --model-overrides of absent fields
+            model_cfg.update({f.name: f.default for f in missing})
+            logger.info("added %s to %s", ", ".join(f.name for f in missing), name)
+        else:
+            logger.info("%s is already an ALiBi checkpoint (%s): copied unchanged", name, model_cfg["_name"])
         return state
     task = (cfg.get("task") or {}).get("_name")
     if task != "language_modeling" or not str(arch).startswith("transformer_lm"):
         raise ConfigError(
-            f"{name} is a {task} / {arch} checkpoint, not a transformer language model: only the "
-            "paper's transformer_lm checkpoints can be converted"
+            f"{name} is a {task} / {arch} checkpoint, not a transformer language model: only "
+            "language_modeling transformer_lm checkpoints can be converted"
         )
-    if "max_tokens" not in model_cfg and not force:
+    positions = source_positions(model_cfg)
+    if positions != "alibi (the paper's fork)" and not replace_positions:
         raise ConfigError(
-            f"{name} lacks the fork's max_tokens model field, so it looks like a stock (sinusoidal) "
-            "model that ALiBi would score wrongly; pass --force to convert it anyway"
+            f"{name} is a stock {arch} with {positions} positions, not a checkpoint of the paper's fork "
+            "(no max_tokens field): scoring it as ALiBi would be wrong; pass --replace-positions to drop "
+            "its positions for ALiBi, then fine-tune it"
         )
 
     known = {f.name for f in dataclasses.fields(AlibiTransformerLanguageModelConfig)}
@@ -69,23 +90,38 @@ def convert_state(state, force=False, name="checkpoint"):
     new_cfg["no_token_positional_embeddings"] = True
     new_cfg["decoder_learned_pos"] = False
     cfg["model"] = new_cfg
-    state["cfg"] = cfg
-    state["model"].pop(POSITION_BUFFER, None)
-    logger.info("converted %s (%s) to %s; dropped config fields %s", name, arch, new_cfg["arch"], dropped)
+    dropped_weights = sorted(k for k in state["model"] if k.startswith(POSITION_PREFIX))
+    for key in dropped_weights:
+        del state["model"][key]
+    state[PROVENANCE] = {
+        "source": os.path.abspath(name), "source_arch": arch, "source_positions": positions,
+        "dropped_weights": dropped_weights, "dropped_config_fields": dropped,
+    }
+    logger.info("converted %s (%s, %s positions) to %s; dropped weights %s and config fields %s",
+                name, arch, positions, new_cfg["arch"], dropped_weights, dropped)
     return state
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("source", help="a checkpoint of the fork, e.g. alibi_wt103_L512.pt")
-    p.add_argument("target", help="where to write the converted checkpoint")
-    p.add_argument("--force", action="store_true", help="convert a checkpoint without the fork's marker")
+    p.add_argument("source", help="the checkpoint to convert, e.g. alibi_wt103_L512.pt")
+    p.add_argument("target", help="where to write the converted checkpoint (a new file)")
+    p.add_argument("--replace-positions", action="store_true",
+                   help="convert a stock transformer_lm: drop its learned or sinusoidal positions for ALiBi")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.source == args.target:
-        raise ConfigError("write the converted checkpoint to a new file, not over the original")
-    state = torch.load(args.source, map_location="cpu", weights_only=False)
-    torch.save(convert_state(state, force=args.force, name=args.source), args.target)
+    if not os.path.isfile(args.source):
+        raise ConfigError(f"no checkpoint at {args.source}")
+    if os.path.exists(args.target):  # the source itself too, under any name
+        raise ConfigError(f"{args.target} exists: write the converted checkpoint to a new file "
+                          "(nothing is overwritten)")
+    try:
+        state = torch.load(args.source, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001  (unpickling errors have many types)
+        raise ConfigError(f"{args.source} is not a readable checkpoint ({type(e).__name__})")
+    if not isinstance(state, dict):
+        raise ConfigError(f"{args.source} is not a fairseq checkpoint (a {type(state).__name__})")
+    torch.save(convert_state(state, replace_positions=args.replace_positions, name=args.source), args.target)
     print(f"wrote {args.target}: load it with --user-dir fairseq_alibi (no --model-overrides needed)")
 
 

@@ -7,7 +7,8 @@
 # slides a window of L_valid tokens by S tokens (--context-window L_valid-S), scoring only the
 # last S: S=1 is the paper's Tables 13-15 (costs about L_valid times nonoverlapping), S=512 its
 # Table 7; S=/K slides by L_valid / K. Windows are batched (the ALiBi mask does not depend on batch size).
-# Appends one JSON line per (checkpoint, split, L_valid, stride); SPLIT=valid|test (default valid).
+# Appends one JSON line per (checkpoint, split, L_valid, stride); SPLIT=valid|test (default valid);
+# LABEL names the checkpoint's row in scripts/results.py (default: its method).
 # ALiBi checkpoints: ALIBI_SCALING=linear|ntk|dynamic_ntk rescales the slopes without retraining,
 # by ALIBI_SCALING_FACTOR (default: L_valid / L_train for linear and ntk, 1 for dynamic_ntk).
 set -euo pipefail
@@ -23,10 +24,12 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 [ -f "$checkpoint" ] || { echo "error: no checkpoint at $checkpoint" >&2; exit 1; }
 
 # What was trained: model name and training length, read from the checkpoint's own config.
-read -r model train_length has_scaling < <(python3 - "$checkpoint" <<'EOF'
+read -r model train_length has_scaling updates < <(python3 - "$checkpoint" <<'EOF'
 import sys, torch
-cfg = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)["cfg"]
-print(cfg["model"]["_name"], cfg["task"]["tokens_per_sample"], int("alibi_scaling" in cfg["model"]))
+state = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)
+cfg, history = state["cfg"], state.get("optimizer_history") or [{}]
+print(cfg["model"]["_name"], cfg["task"]["tokens_per_sample"], int("alibi_scaling" in cfg["model"]),
+      history[-1].get("num_updates", -1))
 EOF
 )
 scaling=${ALIBI_SCALING:-none}
@@ -46,8 +49,8 @@ import json, re, sys
 log = sys.stdin.read()
 tokens, seconds, tps = re.search(r"Evaluated ([\d,]+) tokens in ([\d.]+)s \(([\d.]+) tokens/s\)", log).groups()
 loss, ppl = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", log).groups()
-ckpt, model, train_length, split, l_valid, stride, stride_rule, scaling, factor = sys.argv[1:]
-print(json.dumps({"checkpoint": ckpt, "model": model, "train_length": int(train_length),
+ckpt, model, train_length, updates, split, l_valid, stride, stride_rule, scaling, factor, label = sys.argv[1:]
+print(json.dumps({"checkpoint": ckpt, "label": label or None, "model": model, "train_length": int(train_length), "updates": int(updates),
     "split": split, "l_valid": int(l_valid), "stride": int(stride), "stride_rule": stride_rule, "scaling": scaling,
     "scaling_factor": float(factor) if scaling != "none" else None, "loss_base2": float(loss),
     "perplexity": float(ppl), "tokens": int(tokens.replace(",", "")), "seconds": float(seconds),
@@ -73,7 +76,7 @@ for l_valid in $lengths; do
       --gen-subset "$split" --tokens-per-sample "$l_valid" --context-window "$context" \
       --max-tokens "$(( l_valid > 16384 ? l_valid : 16384 ))" --model-overrides "$overrides" \
       --num-workers 0 --no-progress-bar "$@" 2>&1) || { echo "$log" >&2; exit 1; }
-    python3 -c "$to_json" "$checkpoint" "$model" "$train_length" "$split" "$l_valid" "$stride" "$stride_rule" "$scaling" "$factor" <<< "$log" >> "$out"
+    python3 -c "$to_json" "$checkpoint" "$model" "$train_length" "$updates" "$split" "$l_valid" "$stride" "$stride_rule" "$scaling" "$factor" "${LABEL:-}" <<< "$log" >> "$out"
     tail -n 1 "$out"
   done
 done

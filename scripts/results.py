@@ -29,6 +29,9 @@ ORDER = [m + s for m in METHODS.values() for s in SCALINGS.values()]
 
 
 def method_name(row):
+    """The row's label: eval.sh's LABEL if given, else the method (+ its slope scaling)."""
+    if row.get("label"):
+        return row["label"]
     model = row["model"]
     method = next((name for prefix, name in METHODS.items() if model.startswith(prefix)), model)
     return method + SCALINGS[row.get("scaling") or "none"]
@@ -43,16 +46,25 @@ def load(paths):
                     r = json.loads(line)
                     # The last measurement of a configuration wins (reruns append).
                     stride = r.get("stride_rule") or str(r["stride"])  # "L_valid/2": one table
-                    key = (r["split"], stride, method_name(r), r["train_length"], r["l_valid"])
+                    key = (r["split"], stride, method_name(r), r["train_length"], r["checkpoint"], r["l_valid"])
                     rows[key] = r["perplexity"]
     return rows
 
 
 def tables(rows):
-    """{(split, stride): (l_valids, {(method, train L): {l_valid: ppl}})}"""
-    grouped = defaultdict(lambda: defaultdict(dict))
-    for (split, stride, method, train_length, l_valid), ppl in rows.items():
-        grouped[(split, stride)][(method, train_length)][l_valid] = ppl
+    """{(split, stride): (l_valids, {(method, train L): {l_valid: ppl}})}, one line per checkpoint:
+    where checkpoints share a method and L, the label names each one's file."""
+    by_checkpoint = defaultdict(lambda: defaultdict(dict))
+    for (split, stride, method, train_length, checkpoint, l_valid), ppl in rows.items():
+        by_checkpoint[(split, stride)][(method, train_length, checkpoint)][l_valid] = ppl
+    grouped = defaultdict(dict)
+    for table, lines in by_checkpoint.items():
+        for (method, train_length, checkpoint), line in lines.items():
+            shared = sum(1 for m, t, _ in lines if (m, t) == (method, train_length)) > 1
+            if shared:
+                path = os.path.abspath(checkpoint)
+                method = f"{method} ({os.path.basename(os.path.dirname(path))}/{os.path.basename(path)})"
+            grouped[table][(method, train_length)] = line
     out = {}
     for key, lines in sorted(grouped.items()):
         l_valids = sorted({lv for line in lines.values() for lv in line})

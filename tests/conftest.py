@@ -74,3 +74,21 @@ def toy_checkpoint(wt2_slice, tmp_path_factory):
     run(["scripts/train.sh", "alibi", "32", wt2_slice, save, "small", "--",
          "--max-update", "30", "--max-tokens", "1024", *TOY])
     return str(save / "checkpoint_last.pt")
+
+
+def stock_checkpoint(wt2_slice, save, *flags):
+    """A stock sinusoidal (or, with --decoder-learned-pos, learned-position) twin of the small
+    architecture, trained at L=32 for 5 updates with scripts/train.sh."""
+    run(["scripts/train.sh", "sinusoidal", "32", wt2_slice, save, "small", "--",
+         "--max-update", "5", "--max-tokens", "1024", *TOY, *flags])
+    return save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="session")
+def sinusoidal_checkpoint(wt2_slice, tmp_path_factory):
+    return stock_checkpoint(wt2_slice, tmp_path_factory.mktemp("sinusoidal"))
+
+
+@pytest.fixture(scope="session")
+def learned_checkpoint(wt2_slice, tmp_path_factory):
+    return stock_checkpoint(wt2_slice, tmp_path_factory.mktemp("learned"), "--decoder-learned-pos")

@@ -20,19 +20,17 @@ def load(path):
 
 
 @pytest.fixture(scope="module")
-def fork_checkpoint(wt2_slice, tmp_path_factory):
+def fork_checkpoint(sinusoidal_checkpoint, tmp_path_factory):
     """A checkpoint in the fork's layout: a transformer_lm_wiki103-named model config carrying
     the fork's max_tokens field, and the sinusoid buffer key decoder.embed_positions._float_tensor.
     Its weights come from a short run of the stock sinusoidal twin."""
-    save = tmp_path_factory.mktemp("fork")
-    run(["scripts/train.sh", "sinusoidal", "32", wt2_slice, save, "small", "--",
-         "--max-update", "5", "--max-tokens", "1024", *TOY])
-    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state = torch.load(sinusoidal_checkpoint, map_location="cpu", weights_only=False)
     state["cfg"]["model"]["_name"] = state["cfg"]["model"]["arch"] = "transformer_lm_wiki103"
     state["cfg"]["model"]["max_tokens"] = 1024
     state["model"]["decoder.embed_positions._float_tensor"] = torch.FloatTensor(1)
-    torch.save(state, save / "fork.pt")
-    return save / "fork.pt"
+    path = tmp_path_factory.mktemp("fork") / "fork.pt"
+    torch.save(state, path)
+    return path
 
 
 def test_converted_fork_checkpoint_is_alibi_with_the_same_weights(fork_checkpoint, tmp_path):
@@ -52,17 +50,12 @@ def test_converted_fork_checkpoint_is_alibi_with_the_same_weights(fork_checkpoin
 
 
 @pytest.mark.parametrize("case,message", [
-    ("already", "already an ALiBi checkpoint"),
     ("translation", "not a transformer language model"),
-    ("stock", "pass --force"),
+    ("stock", "pass --replace-positions"),
 ])
 def test_conversion_refuses_what_it_cannot_convert(fork_checkpoint, tmp_path, case, message):
     state = torch.load(fork_checkpoint, map_location="cpu", weights_only=False)
-    if case == "already":
-        state["cfg"]["model"]["_name"] = "alibi_transformer_lm"  # with all of today's options
-        state["cfg"]["model"].update(alibi_attention="auto", alibi_scaling="none", alibi_scaling_factor=1.0,
-                                     alibi_train_length=None)
-    elif case == "translation":
+    if case == "translation":
         state["cfg"]["task"]["_name"] = "translation"
     else:
         del state["cfg"]["model"]["max_tokens"]
@@ -107,11 +100,10 @@ def test_two_processes_equal_one_with_update_freq_2(wt2_slice, tmp_path):
         torch.testing.assert_close(weight, b["model"][name], rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_eval_script_extends_a_stock_sinusoidal_model_past_its_length(fork_checkpoint, wt2_slice, tmp_path):
+def test_eval_script_extends_a_stock_sinusoidal_model_past_its_length(sinusoidal_checkpoint, wt2_slice, tmp_path):
     """The twin trained at L=32 evaluates at 128 through scripts/eval.sh (which raises its
     max_target_positions); no such override is needed, or made, for ALiBi."""
-    sinusoidal = fork_checkpoint.parent / "checkpoint_last.pt"
     out = tmp_path / "r.jsonl"
-    run(["scripts/eval.sh", sinusoidal, wt2_slice, out, "128"])
+    run(["scripts/eval.sh", sinusoidal_checkpoint, wt2_slice, out, "128"])
     row = json.loads(out.read_text())
     assert row["model"] == "transformer_lm" and row["l_valid"] == 128 and row["perplexity"] > 1

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Give an existing model ALiBi, on WikiText-2 at CPU scale (about 45 minutes on 2 cores):
+# the main job's sinusoidal model (the teacher: L=64, UPDATES=400 updates) is converted to ALiBi
+# (positions dropped, every other weight kept) and fine-tuned for FINETUNE updates, once with plain
+# cross entropy and once with distillation from the teacher; both are compared from L to 16L with
+# the teacher, the converted model before fine-tuning, and ALiBi trained from scratch for the same
+# total number of updates (UPDATES + FINETUNE). Every EVERY updates a checkpoint is kept and scored
+# at L, for the recovery curve. Greedy continuations past L show the bias at work while decoding.
+#
+# Environment (and common.sh's: data, L, L_VALID, TRAIN_FLAGS):
+#   FINETUNE (default 400), EVERY (default 100), DISTILL_WEIGHT (0.5), DISTILL_TEMPERATURE (2)
+#   TEACHER   an existing sinusoidal checkpoint to start from (default: train one)
+#   OUT (default runs/conversion), CHECKPOINTS (default checkpoints/conversion)
+source "$(dirname "$0")/common.sh"
+
+FINETUNE=${FINETUNE:-400}
+EVERY=${EVERY:-100}
+DISTILL_WEIGHT=${DISTILL_WEIGHT:-0.5}
+DISTILL_TEMPERATURE=${DISTILL_TEMPERATURE:-2}
+OUT=${OUT:-runs/conversion}
+CHECKPOINTS=${CHECKPOINTS:-checkpoints/conversion}
+for f in results.jsonl recovery.jsonl; do
+  if [ -e "$OUT/$f" ]; then echo "error: $OUT/$f exists: move it away or set OUT to a new directory" >&2; exit 1; fi
+done
+mkdir -p "$OUT" "$CHECKPOINTS"
+keep_every=(--save-interval-updates "$EVERY" --keep-interval-updates -1)
+
+teacher=${TEACHER:-$CHECKPOINTS/sinusoidal-L$L/checkpoint_last.pt}
+[ -n "${TEACHER:-}" ] || train sinusoidal "$CHECKPOINTS/sinusoidal-L$L" --max-update "$UPDATES"
+converted=$CHECKPOINTS/converted-L$L.pt
+if [ ! -f "$converted" ]; then
+  python3 -m fairseq_alibi.convert_checkpoint --replace-positions "$teacher" "$converted"
+fi
+
+ce=$CHECKPOINTS/finetune-ce-L$L
+train alibi "$ce" --finetune-from-model "$converted" --max-update "$FINETUNE" "${keep_every[@]}"
+kd=$CHECKPOINTS/finetune-distill-L$L
+train alibi "$kd" --finetune-from-model "$converted" --max-update "$FINETUNE" "${keep_every[@]}" \
+  --criterion lm_distillation --teacher-path "$teacher" \
+  --distill-weight "$DISTILL_WEIGHT" --distill-temperature "$DISTILL_TEMPERATURE"
+scratch=$CHECKPOINTS/alibi-L$L
+total=$((UPDATES + FINETUNE))
+train alibi "$scratch" --max-update "$total" "${keep_every[@]}"
+
+echo "== evaluating at L_valid = $L_VALID"
+checkpoint_at() {  # SAVE_DIR UPDATES: the interval checkpoint saved after that many updates
+  local found
+  found=$(ls "$1"/checkpoint_*_"$2".pt 2>/dev/null | head -n 1)
+  [ -n "$found" ] || { echo "error: no checkpoint after $2 updates in $1 (is $2 a multiple of EVERY=$EVERY?)" >&2; exit 1; }
+  echo "$found"
+}
+LABEL="Sinusoidal teacher ($UPDATES)" evaluate "$teacher" "$OUT/results.jsonl"
+LABEL="Converted, not fine-tuned" evaluate "$converted" "$OUT/results.jsonl"
+LABEL="Converted + $FINETUNE CE" evaluate "$ce/checkpoint_last.pt" "$OUT/results.jsonl"
+LABEL="Converted + $FINETUNE distill" evaluate "$kd/checkpoint_last.pt" "$OUT/results.jsonl"
+LABEL="ALiBi from scratch ($UPDATES)" evaluate "$(checkpoint_at "$scratch" "$UPDATES")" "$OUT/results.jsonl"
+LABEL="ALiBi from scratch ($total)" evaluate "$scratch/checkpoint_last.pt" "$OUT/results.jsonl"
+
+echo "== recovery curve: every $EVERY updates, at L_valid = $L"
+for run in ce:"$ce" distill:"$kd" scratch:"$scratch"; do
+  for ckpt in "${run#*:}"/checkpoint_*_*.pt; do
+    LABEL=${run%%:*} L_VALID=$L evaluate "$ckpt" "$OUT/recovery.jsonl" > /dev/null
+  done
+done
+LABEL=converted L_VALID=$L evaluate "$converted" "$OUT/recovery.jsonl" > /dev/null
+LABEL=teacher L_VALID=$L evaluate "$teacher" "$OUT/recovery.jsonl" > /dev/null
+
+python3 scripts/results.py "$OUT/results.jsonl" --out "$OUT"
+python3 examples/wikitext2/recovery.py "$OUT/recovery.jsonl" --out "$OUT"
+python3 examples/wikitext2/generate.py --prompt $((L / 2)) --new "$L" "$data" "$teacher" "$converted" "$ce/checkpoint_last.pt" \
+  "$kd/checkpoint_last.pt" "$scratch/checkpoint_last.pt" | tee "$OUT/generation.md"
+echo "tables and figures written to $OUT"

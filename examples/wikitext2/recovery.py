@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""The recovery curve of examples/wikitext2/convert.sh: perplexity at L after k updates.
+
+    python examples/wikitext2/recovery.py RECOVERY.jsonl --out DIR
+
+Reads the JSON lines convert.sh writes (scripts/eval.sh with LABEL teacher, converted, ce,
+distill, scratch; each at L_valid = L) and writes DIR/recovery.md (one row per number of
+fine-tuning updates k: the two fine-tuned models after k, ALiBi from scratch after as many updates
+in all as the teacher plus k) and DIR/recovery.png (perplexity against total training updates).
+"""
+import argparse
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(path):
+    points = {}
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    raise SystemExit(f"error: {path} line {number} is not JSON (an interrupted run?): remove it")
+                points.setdefault(row["label"], {})[row["updates"]] = row["perplexity"]
+    missing = {"teacher", "converted", "ce", "distill", "scratch"} - set(points)
+    if missing:
+        raise SystemExit(f"error: {path} lacks the {', '.join(sorted(missing))} rows: run examples/wikitext2/convert.sh")
+    return points
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("recovery", help="recovery.jsonl from examples/wikitext2/convert.sh")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    points = load(args.recovery)
+    (teacher_updates, teacher), = points["teacher"].items()
+    converted = next(iter(points["converted"].values()))
+    # After conversion the fine-tuning count starts at 0: k = 0 is the converted model itself.
+    finetune = {name: {0: converted, **points[name]} for name in ("ce", "distill")}
+    scratch = points["scratch"]
+
+    ks = sorted(set(finetune["ce"]) | set(finetune["distill"]))
+    lines = [f"Validation perplexity at L (teacher: {teacher:.2f} after {teacher_updates} updates)\n",
+             "| Fine-tuning updates k | Converted + CE | Converted + distill | ALiBi from scratch, "
+             f"{teacher_updates} + k updates |", "|---|---|---|---|"]
+    cell = lambda d, k: f"{d[k]:.2f}" if k in d else ""  # noqa: E731
+    for k in ks:
+        lines.append(f"| {k} | {cell(finetune['ce'], k)} | {cell(finetune['distill'], k)} | "
+                     f"{cell(scratch, teacher_updates + k)} |")
+    table = "\n".join(lines) + "\n"
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "recovery.md"), "w") as f:
+        f.write(table)
+    print(table)
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    xs = sorted(scratch)
+    ax.plot(xs, [scratch[x] for x in xs], "o-", label="ALiBi from scratch")
+    for name, label in (("ce", "converted + CE"), ("distill", "converted + distillation")):
+        ks = sorted(finetune[name])
+        ax.plot([teacher_updates + k for k in ks], [finetune[name][k] for k in ks], "s--", label=label)
+    ax.axhline(teacher, color="gray", linestyle=":", label=f"sinusoidal teacher ({teacher_updates} updates)")
+    ax.set_yscale("log")
+    ax.set_xlabel("Training updates in all (fine-tuning starts from the teacher's)")
+    ax.set_ylabel("Validation perplexity at L")
+    ax.set_title("Recovering a sinusoidal LM converted to ALiBi")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "recovery.png"))
+
+
+if __name__ == "__main__":
+    main()
