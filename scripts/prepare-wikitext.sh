@@ -8,6 +8,8 @@
 # mirror (the original research.metamind.io bucket is gone).
 # Output: data-bin/wikitext-<N> (DATA_BIN overrides data-bin); raw files go to data-raw/.
 # Work already done is skipped; every corpus file is checked against its published checksum.
+# Nothing is deleted but what this script itself created: an existing output directory that it
+# did not finish (or that holds the source) is refused, not replaced.
 set -euo pipefail
 
 name=${1:?usage: scripts/prepare-wikitext.sh 103|2 [SOURCE]}
@@ -35,24 +37,27 @@ sha1 wiki.test.tokens 8a5befc548865cec54ed4273cf87dbbad60d1e47" ;;
 esac
 
 out=$data_bin/$name
+fail() { echo "error: $*" >&2; exit 1; }
 if [ -f "$out/.prepared" ]; then
   echo "$out is already prepared (delete it to redo)"; exit 0
 fi
-
-fail() { echo "error: $*" >&2; exit 1; }
+[ ! -e "$out" ] || fail "$out exists but is no finished preparation (no $out/.prepared): move it away or set DATA_BIN to another directory"
 
 # 1. Locate the raw files: a directory as given, else extract an archive (downloaded if a URL).
 raw=$raw_root/$name
-extract() {  # archive -> $raw
-  rm -rf "$raw.tmp" && mkdir -p "$raw.tmp"
+extract() {  # archive -> $raw, through a fresh directory of our own
+  [ ! -e "$raw" ] || fail "$raw exists without wiki.train.tokens: move it away or set RAW_DIR to another directory"
+  mkdir -p "$raw_root"
+  local tmp
+  tmp=$(mktemp -d "$raw_root/.extract.XXXXXX")
   case $1 in
-    *.zip) python3 -m zipfile -e "$1" "$raw.tmp" || fail "$1 is not a readable zip archive: delete it and rerun" ;;
-    *.tar.gz|*.tgz) tar -xzf "$1" -C "$raw.tmp" || fail "$1 is not a readable tar.gz archive: delete it and rerun" ;;
+    *.zip) python3 -m zipfile -e "$1" "$tmp" || fail "$1 is not a readable zip archive: delete it and rerun" ;;
+    *.tar.gz|*.tgz) tar -xzf "$1" -C "$tmp" || fail "$1 is not a readable tar.gz archive: delete it and rerun" ;;
     *) fail "$1: expected a .zip or .tar.gz archive" ;;
   esac
-  found=$(find "$raw.tmp" -name wiki.train.tokens | head -n 1)
+  found=$(find "$tmp" -name wiki.train.tokens | head -n 1)
   [ -n "$found" ] || fail "$1 holds no wiki.train.tokens: is it the tokenized WikiText ($name-v1)?"
-  rm -rf "$raw" && mkdir -p "$(dirname "$raw")" && mv "$(dirname "$found")" "$raw" && rm -rf "$raw.tmp"
+  mv "$(dirname "$found")" "$raw" && rm -rf "$tmp"
 }
 if [ -d "$source" ]; then
   raw=$source
@@ -81,10 +86,13 @@ while read -r algo file expected; do
 done <<< "$sums"
 echo "checksums of $raw/wiki.{train,valid,test}.tokens verified"
 
-# 3. Binarize (one dictionary from train, as in fairseq's examples/language_model).
-rm -rf "$out"
+# 3. Binarize (one dictionary from train, as in fairseq's examples/language_model) into a fresh
+# directory, moved into place once complete.
+mkdir -p "$data_bin"
+tmp=$(mktemp -d "$data_bin/.$name.XXXXXX")
 fairseq-preprocess --only-source \
   --trainpref "$raw/wiki.train.tokens" --validpref "$raw/wiki.valid.tokens" \
-  --testpref "$raw/wiki.test.tokens" --destdir "$out" --workers "$workers"
-touch "$out/.prepared"
+  --testpref "$raw/wiki.test.tokens" --destdir "$tmp" --workers "$workers"
+touch "$tmp/.prepared"
+mv "$tmp" "$out"
 echo "prepared $out"

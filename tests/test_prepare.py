@@ -82,3 +82,30 @@ def test_not_an_archive_is_rejected(tmp_path):
     (tmp_path / "broken.zip").write_bytes(b"<html>403 Forbidden</html>")
     proc = prepare(tmp_path, tmp_path / "broken.zip")
     assert proc.returncode == 1 and "not a readable zip archive" in proc.stderr
+
+
+def snapshot(root):
+    return {p: open(os.path.join(d, p), "rb").read() for d, _, files in os.walk(root) for p in files}
+
+
+def test_a_source_that_is_the_output_directory_is_left_untouched(tmp_path):
+    """Giving data-bin/wikitext-2 itself as SOURCE once wiped the corpus after its checksums passed."""
+    out = tmp_path / "data-bin" / "wikitext-2"
+    out.mkdir(parents=True)
+    for name in FILES:
+        (out / name).write_bytes(open(os.path.join(WIKITEXT2, name), "rb").read())
+    before = snapshot(out)
+    proc = prepare(tmp_path, out)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "exists but is no finished preparation" in proc.stderr.strip().splitlines()[-1]
+    assert snapshot(out) == before
+
+
+def test_extraction_never_replaces_an_existing_raw_directory(tmp_path):
+    raw = tmp_path / "raw" / "wikitext-2"
+    raw.mkdir(parents=True)
+    (raw / "notes.txt").write_text("mine")
+    archive = make_zip(tmp_path / "wikitext-2-v1.zip")
+    proc = prepare(tmp_path, archive)
+    assert proc.returncode == 1 and "exists without wiki.train.tokens" in proc.stderr
+    assert (raw / "notes.txt").read_text() == "mine"
