@@ -4,7 +4,9 @@
 #   scripts/train.sh METHOD L DATA SAVE_DIR [PRESET] [-- extra fairseq-train flags]
 #
 # METHOD: alibi | rotary | t5_bias | sinusoidal.  PRESET: wiki103 (default; the paper's recipe) | small (CPU scale).
-# Rerunning the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's own resume).
+# Rerunning the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's own resume); a
+# finished run (its --max-update reached) is left as it is. A SAVE_DIR holding another run (another
+# architecture or L) is refused; CONTINUE_RUN=1 continues it anyway.
 # Multi-GPU on one node: just run it (fairseq spawns one process per GPU). Multi-node: run it
 # under SLURM's srun or torchrun, which set SLURM_NTASKS / WORLD_SIZE.
 set -euo pipefail
@@ -67,6 +69,33 @@ if [ "$node_gpus" -gt 0 ]; then
 else
   echo "warning: no GPU found: training on CPU in fp32 (--fp16 dropped)" >&2
   precision=(--cpu)
+fi
+
+# What a checkpoint already in SAVE_DIR holds: refuse another run, skip a finished one.
+args=("${recipe[@]}" "$@")  # the last --max-update given wins, as in fairseq
+for ((i = 0; i < ${#args[@]} - 1; i++)); do
+  if [ "${args[i]}" = --max-update ]; then max_update=${args[i + 1]}; fi
+done
+for ((i = 0; i < ${#model[@]} - 1; i++)); do
+  if [ "${model[i]}" = --arch ]; then arch=${model[i + 1]}; fi
+done
+if [ -f "$save_dir/checkpoint_last.pt" ]; then
+  read -r done_arch done_length done_updates < <(python3 - "$save_dir/checkpoint_last.pt" 2>/dev/null <<'EOF'
+import sys, torch
+state = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)
+model = state["cfg"]["model"]  # _name is the --arch given (arch itself only in argparse-era configs)
+print(model.get("arch") or model["_name"], state["cfg"]["task"]["tokens_per_sample"],
+      state["optimizer_history"][-1]["num_updates"])
+EOF
+  ) || { echo "error: $save_dir/checkpoint_last.pt is unreadable: move it away or choose another SAVE_DIR" >&2; exit 1; }
+  if [ "$done_arch $done_length" != "$arch $length" ] && [ "${CONTINUE_RUN:-0}" != 1 ]; then
+    echo "error: $save_dir holds another run ($done_arch at L=$done_length, $done_updates updates), not $arch at L=$length: choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one" >&2
+    exit 1
+  fi
+  if [ "$done_updates" -ge "$max_update" ]; then
+    echo "$save_dir is already trained ($done_updates updates, --max-update $max_update): nothing to do"
+    exit 0
+  fi
 fi
 
 mkdir -p "$save_dir"
