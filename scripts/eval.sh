@@ -21,17 +21,34 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then strides=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
 split=${SPLIT:-valid}
 here=$(cd "$(dirname "$0")/.." && pwd)
-[ -f "$checkpoint" ] || { echo "error: no checkpoint at $checkpoint" >&2; exit 1; }
+fail() { echo "error: $*" >&2; exit 1; }
+[ -f "$checkpoint" ] || fail "no checkpoint at $checkpoint ($usage)"
+[ -f "$data/dict.txt" ] || fail "$data has no dict.txt: DATA is a binarized data directory ($usage)"
+case $out in *.jsonl) ;; *) fail "OUT ($out) must be a .jsonl file, where results are appended ($usage)" ;; esac
+[ -f "$data/$split.idx" ] || fail "$data has no $split split: SPLIT is one of $(cd "$data" && ls *.idx 2>/dev/null | sed 's/\.idx$//' | tr '\n' ' ')"
+if [ -n "${ALIBI_SCALING_FACTOR:-}" ]; then
+  python3 -c 'import math, sys; f = float(sys.argv[1]); assert math.isfinite(f) and f > 0' "$ALIBI_SCALING_FACTOR" 2>/dev/null \
+    || fail "ALIBI_SCALING_FACTOR must be a positive number, got '$ALIBI_SCALING_FACTOR'"
+fi
+for l_valid in $lengths; do
+  case $l_valid in ''|*[!0-9]*|0) fail "L_valid must be a positive integer, got '$l_valid'" ;; esac
+done
+for stride in $strides; do
+  case $stride in /0) fail "stride /0: /K slides by L_valid / K, K a positive integer" ;;
+    /*[!0-9]*|*[!0-9/]*|?*/*|/) fail "stride must be 0, a positive integer or /K (L_valid / K), got '$stride'" ;; esac
+done
 
 # What was trained: model name and training length, read from the checkpoint's own config.
-read -r model train_length has_scaling updates < <(python3 - "$checkpoint" <<'EOF'
+read -r model train_length has_scaling updates fork < <(python3 - "$checkpoint" 2>/dev/null <<'EOF'
 import sys, torch
 state = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)
 cfg, history = state["cfg"], state.get("optimizer_history") or [{}]
 print(cfg["model"]["_name"], cfg["task"]["tokens_per_sample"], int("alibi_scaling" in cfg["model"]),
-      history[-1].get("num_updates", -1))
+      history[-1].get("num_updates", -1), int("max_tokens" in cfg["model"]))
 EOF
-)
+) || fail "$checkpoint is not a fairseq checkpoint ($usage)"
+# The paper's fork saves ALiBi models as transformer_lm: scored as they are, they are sinusoidal.
+[ "$fork" = 0 ] || fail "$checkpoint is a checkpoint of the paper's fork, which fairseq would score as sinusoidal: convert it first with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt"
 scaling=${ALIBI_SCALING:-none}
 case $scaling in none|linear|ntk|dynamic_ntk) ;; *)
   echo "error: ALIBI_SCALING=$scaling: use none, linear, ntk or dynamic_ntk" >&2; exit 1 ;;
@@ -45,10 +62,12 @@ fi
 # fairseq prints "Evaluated 217,646 tokens in 12.3s (17695.61 tokens/s)" and
 # "Loss (base 2): 8.5213, Perplexity: 367.45"; turn them into one JSON line.
 to_json='
-import json, re, sys
+import json, math, re, sys
 log = sys.stdin.read()
 tokens, seconds, tps = re.search(r"Evaluated ([\d,]+) tokens in ([\d.]+)s \(([\d.]+) tokens/s\)", log).groups()
-loss, ppl = re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", log).groups()
+loss, ppl = re.search(r"Loss \(base 2\): (\S+), Perplexity: (\S+)", log).groups()
+if not math.isfinite(float(ppl)):
+    sys.exit(f"error: perplexity {ppl} for {sys.argv[1]}: its weights hold NaN or inf (a diverged run?); nothing recorded")
 ckpt, model, train_length, updates, split, l_valid, stride, stride_rule, scaling, factor, label = sys.argv[1:]
 print(json.dumps({"checkpoint": ckpt, "label": label or None, "model": model, "train_length": int(train_length), "updates": int(updates),
     "split": split, "l_valid": int(l_valid), "stride": int(stride), "stride_rule": stride_rule, "scaling": scaling,
@@ -75,7 +94,9 @@ for l_valid in $lengths; do
     log=$(fairseq-eval-lm "$data" --user-dir "$here/fairseq_alibi" --path "$checkpoint" \
       --gen-subset "$split" --tokens-per-sample "$l_valid" --context-window "$context" \
       --max-tokens "$(( l_valid > 16384 ? l_valid : 16384 ))" --model-overrides "$overrides" \
-      --num-workers 0 --no-progress-bar "$@" 2>&1) || { echo "$log" >&2; exit 1; }
+      --num-workers 0 --no-progress-bar "$@" 2>&1) || {
+      saved=$(mktemp "${TMPDIR:-/tmp}/eval-lm.XXXXXX.log"); echo "$log" > "$saved"
+      fail "fairseq-eval-lm failed on $checkpoint at L_valid $l_valid: $(grep -v '^\s*$' <<< "$log" | tail -n 1) (full log: $saved)"; }
     python3 -c "$to_json" "$checkpoint" "$model" "$train_length" "$updates" "$split" "$l_valid" "$stride" "$stride_rule" "$scaling" "$factor" "${LABEL:-}" <<< "$log" >> "$out"
     tail -n 1 "$out"
   done

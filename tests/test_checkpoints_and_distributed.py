@@ -107,3 +107,11 @@ def test_eval_script_extends_a_stock_sinusoidal_model_past_its_length(sinusoidal
     run(["scripts/eval.sh", sinusoidal_checkpoint, wt2_slice, out, "128"])
     row = json.loads(out.read_text())
     assert row["model"] == "transformer_lm" and row["l_valid"] == 128 and row["perplexity"] > 1
+
+
+def test_eval_script_refuses_an_unconverted_fork_checkpoint(fork_checkpoint, wt2_slice, tmp_path):
+    proc = subprocess.run(["scripts/eval.sh", fork_checkpoint, wt2_slice, tmp_path / "r.jsonl", "64"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "convert it first with python -m fairseq_alibi.convert_checkpoint" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "r.jsonl").exists()

@@ -179,3 +179,59 @@ def test_scaling_needs_an_alibi_checkpoint_that_knows_the_option(toy_checkpoint,
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert rows[0]["scaling"] == "ntk" and rows[0]["scaling_factor"] == 2.0
     assert rows[0]["perplexity"] == rows[1]["perplexity"]  # upgraded == trained with the option
+
+
+def test_train_script_never_retrains_a_finished_run_nor_takes_over_another(toy_checkpoint, wt2_slice, tmp_path):
+    """Rerunning a finished run leaves it as it is (fairseq would train one more update); a save
+    directory holding another run (another method or L) is refused unless CONTINUE_RUN=1."""
+    save = os.path.dirname(toy_checkpoint)
+    files = {name: open(os.path.join(save, name), "rb").read() for name in os.listdir(save)}
+    same = ["scripts/train.sh", "alibi", "32", wt2_slice, save, "small", "--", "--max-update", "30",
+            "--max-tokens", "1024", *TOY]
+    assert "already trained (30 updates, --max-update 30)" in run(same)
+    for other in (["rotary", "32"], ["alibi", "64"]):
+        proc = subprocess.run(["scripts/train.sh", *other, *same[3:]], cwd=REPO, capture_output=True, text=True)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert "holds another run (alibi_transformer_lm_small at L=32, 30 updates)" in proc.stderr
+    assert {name: open(os.path.join(save, name), "rb").read() for name in os.listdir(save)} == files
+    proc = subprocess.run(["scripts/train.sh", "alibi", "64", *same[3:]], cwd=REPO, capture_output=True,
+                          text=True, env=dict(os.environ, CONTINUE_RUN="1"))
+    assert proc.returncode == 0 and "already trained" in proc.stdout  # past the check, still finished
+
+
+def eval_script(*args, env=None):
+    return subprocess.run(["scripts/eval.sh", *map(str, args)], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {})))
+
+
+@pytest.mark.parametrize("case", ["swapped", "out_is_checkpoint", "length_abc", "length_0", "length_negative",
+                                  "stride_negative", "stride_over_0", "factor_abc", "no_such_split", "nan_weights"])
+def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpoint, wt2_slice, tmp_path):
+    out = tmp_path / "r.jsonl"
+    checkpoint = toy_checkpoint
+    args, env = [checkpoint, wt2_slice, out, "32"], {}
+    if case == "nan_weights":
+        state = torch.load(toy_checkpoint, map_location="cpu", weights_only=False)
+        state["model"]["decoder.layers.0.fc1.weight"][0, 0] = float("nan")
+        checkpoint = tmp_path / "nan.pt"
+        torch.save(state, checkpoint)
+        args[0] = checkpoint
+    before = open(checkpoint, "rb").read()
+    if case == "swapped":
+        args = [wt2_slice, checkpoint, out, "32"]
+    elif case == "out_is_checkpoint":
+        args[2] = checkpoint
+    elif case.startswith("length"):
+        args[3] = {"length_abc": "abc", "length_0": "0", "length_negative": "-5"}[case]
+    elif case.startswith("stride"):
+        args.append({"stride_negative": "-1", "stride_over_0": "/0"}[case])
+    elif case == "factor_abc":
+        env = {"ALIBI_SCALING": "linear", "ALIBI_SCALING_FACTOR": "abc"}
+    elif case == "no_such_split":
+        env = {"SPLIT": "dev"}
+    proc = eval_script(*args, env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: "), last
+    assert open(checkpoint, "rb").read() == before
+    assert not out.exists() or out.read_text() == ""  # nothing recorded
