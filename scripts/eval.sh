@@ -49,6 +49,26 @@ EOF
 ) || fail "$checkpoint is not a fairseq checkpoint ($usage)"
 # The paper's fork saves ALiBi models as transformer_lm: scored as they are, they are sinusoidal.
 [ "$fork" = 0 ] || fail "$checkpoint is a checkpoint of the paper's fork, which fairseq would score as sinusoidal: convert it first with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt"
+# The user's own --model-overrides: checked here (fairseq silently ignores a key the checkpoint's
+# config lacks, a typo included) and merged into the ones this script sets.
+extra=() user_overrides="{}"
+while [ $# -gt 0 ]; do
+  if [ "$1" = --model-overrides ] && [ $# -gt 1 ]; then user_overrides=$2; shift 2; else extra+=("$1"); shift; fi
+done
+python3 - "$checkpoint" "$user_overrides" <<'EOF' || exit 1
+import ast, difflib, sys, torch
+keys = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)["cfg"]["model"].keys()
+try:
+    overrides = ast.literal_eval(sys.argv[2])
+    assert isinstance(overrides, dict)
+except Exception:
+    sys.exit(f"error: --model-overrides {sys.argv[2]} is not a Python dict, e.g. \"{{'alibi_attention': 'sdpa'}}\"")
+for key in overrides:
+    if key not in keys:
+        close = difflib.get_close_matches(key, keys, n=1)
+        sys.exit(f"error: --model-overrides names {key!r}, which {sys.argv[1]}'s model config lacks, so fairseq "
+                 "would ignore it" + (f": did you mean {close[0]!r}?" if close else ""))
+EOF
 scaling=${ALIBI_SCALING:-none}
 case $scaling in none|linear|ntk|dynamic_ntk) ;; *)
   echo "error: ALIBI_SCALING=$scaling: use none, linear, ntk or dynamic_ntk" >&2; exit 1 ;;
@@ -91,10 +111,12 @@ for l_valid in $lengths; do
       *) factor=${ALIBI_SCALING_FACTOR:-$(python3 -c "print($l_valid / $train_length)")}
         overrides="{'alibi_scaling': '$scaling', 'alibi_scaling_factor': $factor}" ;;
     esac
+    overrides=$(python3 -c 'import ast, sys; o = ast.literal_eval(sys.argv[1]); o.update(ast.literal_eval(sys.argv[2])); print(o)' \
+      "$overrides" "$user_overrides")
     log=$(fairseq-eval-lm "$data" --user-dir "$here/fairseq_alibi" --path "$checkpoint" \
       --gen-subset "$split" --tokens-per-sample "$l_valid" --context-window "$context" \
       --max-tokens "$(( l_valid > 16384 ? l_valid : 16384 ))" --model-overrides "$overrides" \
-      --num-workers 0 --no-progress-bar "$@" 2>&1) || {
+      --num-workers 0 --no-progress-bar "${extra[@]}" 2>&1) || {
       saved=$(mktemp "${TMPDIR:-/tmp}/eval-lm.XXXXXX.log"); echo "$log" > "$saved"
       fail "fairseq-eval-lm failed on $checkpoint at L_valid $l_valid: $(grep -v '^\s*$' <<< "$log" | tail -n 1) (full log: $saved)"; }
     python3 -c "$to_json" "$checkpoint" "$model" "$train_length" "$updates" "$split" "$l_valid" "$stride" "$stride_rule" "$scaling" "$factor" "${LABEL:-}" <<< "$log" >> "$out"

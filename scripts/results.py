@@ -40,10 +40,16 @@ def method_name(row):
 def load(paths):
     rows = {}
     for path in paths:
+        if not os.path.isfile(path):
+            raise SystemExit(f"error: no results file {path}: run scripts/eval.sh first")
         with open(path) as f:
-            for line in f:
+            for number, line in enumerate(f, 1):
                 if line.strip():
-                    r = json.loads(line)
+                    try:
+                        r = json.loads(line)
+                    except json.JSONDecodeError:
+                        raise SystemExit(f"error: {path} line {number} is not a JSON line (left by an "
+                                         "interrupted run?): delete that line and rerun")
                     # The last measurement of a configuration wins (reruns append).
                     stride = r.get("stride_rule") or str(r["stride"])  # "L_valid/2": one table
                     key = (r["split"], stride, method_name(r), r["train_length"], r["checkpoint"], r["l_valid"])
