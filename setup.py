@@ -13,6 +13,13 @@ setup(
         "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
         "fairseq>=0.12.2,<0.13; python_version < '3.11'",
         "matplotlib",
+        "tensorboard",  # scripts/train.sh logs there by default
+        "sacremoses",  # raw text in and out of the hub interface (tokenizer="moses")
     ],
     extras_require={"test": ["pytest"]},
+    # fairseq's tools with the plugin loaded, from any directory (fairseq_alibi/cli.py).
+    entry_points={"console_scripts": [
+        f"fairseq-alibi-{tool.replace('_', '-')}=fairseq_alibi.cli:{tool}"
+        for tool in ("train", "eval_lm", "generate", "interactive")
+    ]},
 )

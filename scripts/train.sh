@@ -4,6 +4,7 @@
 #   scripts/train.sh METHOD L DATA SAVE_DIR [PRESET] [-- extra fairseq-train flags]
 #
 # METHOD: alibi | rotary | t5_bias | sinusoidal.  PRESET: wiki103 (default; the paper's recipe) | small (CPU scale).
+# TensorBoard logs go to SAVE_DIR/tensorboard (view: tensorboard --logdir SAVE_DIR/tensorboard).
 # Rerunning the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's own resume); a
 # finished run (its --max-update reached) is left as it is. A SAVE_DIR holding another run (another
 # architecture or L) is refused; CONTINUE_RUN=1 continues it anyway.
@@ -19,8 +20,20 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then preset=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
 here=$(cd "$(dirname "$0")/.." && pwd)
 
-[ -f "$data/dict.txt" ] || { echo "error: $data has no dict.txt: run scripts/prepare-wikitext.sh first" >&2; exit 1; }
-case $length in ''|*[!0-9]*) echo "error: L must be a positive integer, got '$length'" >&2; exit 1 ;; esac
+fail() { echo "error: $*" >&2; exit 1; }
+[ -f "$data/dict.txt" ] || fail "$data has no dict.txt: run scripts/prepare-wikitext.sh first ($usage)"
+case $length in ''|*[!0-9]*|0) fail "L must be a positive integer, got '$length'" ;; esac
+for flag in "$@"; do
+  case $flag in
+    --alibi-scaling*|--alibi-train-length*)
+      fail "$flag is for evaluation (scripts/eval.sh's ALIBI_SCALING): a model trained with it would be scored scaled ever after" ;;
+  esac
+done
+# The small preset's adaptive input/softmax bands end at word 10000 (unless the flags say otherwise).
+if [ "$preset" = small ] && [[ " $* " != *" --adaptive-softmax-cutoff "* ]]; then
+  words=$(( $(wc -l < "$data/dict.txt") + 4 ))  # fairseq's 4 special symbols come first
+  [ "$words" -ge 10000 ] || fail "the small preset's adaptive cutoffs 2000,10000 need at least 10000 words, $data has $words: pass -- --adaptive-input-cutoff A,B --adaptive-softmax-cutoff A,B with B <= $words"
+fi
 
 case $preset:$method in
   wiki103:alibi|wiki103:rotary|wiki103:t5_bias|small:alibi|small:rotary|small:t5_bias)
@@ -67,6 +80,11 @@ fi
 if [ "$node_gpus" -gt 0 ]; then
   precision=(--fp16)
 else
+  for flag in "$@"; do
+    case $flag in --fp16|--bf16|--amp|--memory-efficient-fp16|--memory-efficient-bf16)
+      fail "$flag needs a GPU and none was found: drop it to train on CPU in fp32" ;;
+    esac
+  done
   echo "warning: no GPU found: training on CPU in fp32 (--fp16 dropped)" >&2
   precision=(--cpu)
 fi
@@ -102,5 +120,5 @@ mkdir -p "$save_dir"
 exec fairseq-train "$data" --task language_modeling --save-dir "$save_dir" "${model[@]}" \
   --criterion adaptive_loss --ddp-backend legacy_ddp --tokens-per-sample "$length" \
   --sample-break-mode none --skip-invalid-size-inputs-valid-test --no-epoch-checkpoints \
-  --keep-interval-updates 1 \
+  --keep-interval-updates 1 --tensorboard-logdir "$save_dir/tensorboard" \
   "${recipe[@]}" "${precision[@]}" "${launcher[@]}" "$@"

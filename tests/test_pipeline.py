@@ -235,3 +235,90 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
     assert last.startswith("error: "), last
     assert open(checkpoint, "rb").read() == before
     assert not out.exists() or out.read_text() == ""  # nothing recorded
+
+
+@pytest.mark.parametrize("case,message", [
+    ("length_0", "L must be a positive integer, got '0'"),
+    ("length_abc", "L must be a positive integer, got 'abc'"),
+    ("scaling_in_training", "--alibi-scaling is for evaluation"),
+    ("fp16_on_cpu", "--fp16 needs a GPU and none was found"),
+    ("small_vocabulary", "adaptive cutoffs 2000,10000 need at least 10000 words"),
+])
+def test_train_script_bad_input_is_one_line(case, message, wt2_slice, tmp_path):
+    data, length, flags = wt2_slice, "32", []
+    if case.startswith("length"):
+        length = case.split("_")[1]
+    elif case == "scaling_in_training":
+        flags = ["--alibi-scaling", "ntk"]
+    elif case == "fp16_on_cpu":
+        flags = ["--fp16"]
+    else:
+        data = tmp_path / "tiny"
+        data.mkdir()
+        (data / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(500)))
+    proc = subprocess.run(["scripts/train.sh", "alibi", length, data, tmp_path / "save", "small", "--", *flags],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert message in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "save").exists()
+
+
+def test_eval_script_checks_and_merges_model_overrides(toy_checkpoint, wt2_slice, tmp_path):
+    out = tmp_path / "r.jsonl"
+    typo = eval_script(toy_checkpoint, wt2_slice, out, "32", "--", "--model-overrides", "{'alibi_scalling': 'ntk'}")
+    assert typo.returncode == 1 and "Traceback" not in typo.stderr
+    assert "did you mean 'alibi_scaling'?" in typo.stderr.strip().splitlines()[-1] and not out.exists()
+    # A known key is passed on, merged with the scaling this script sets (a=2 at L_valid 64).
+    ok = eval_script(toy_checkpoint, wt2_slice, out, "64", "--", "--model-overrides", "{'alibi_attention': 'sdpa'}",
+                     env={"ALIBI_SCALING": "ntk"})
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    plain = eval_script(toy_checkpoint, wt2_slice, out, "64", env={"ALIBI_SCALING": "ntk"})
+    assert plain.returncode == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[0]["scaling_factor"] == 2.0 and rows[0]["perplexity"] == rows[1]["perplexity"]
+
+
+def test_results_script_names_a_truncated_line(toy_checkpoint, wt2_slice, tmp_path):
+    out = tmp_path / "r.jsonl"
+    run(["scripts/eval.sh", toy_checkpoint, wt2_slice, out, "32"])
+    with open(out, "a") as f:
+        f.write('{"checkpoint": "x", "mod')  # what an interrupted append leaves
+    proc = subprocess.run(["python", "scripts/results.py", out, "--out", tmp_path / "t"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"error: {out} line 2 is not a JSON line (left by an interrupted run?): delete that line and rerun"
+
+
+def readme_block(marker):
+    """The first ```python block of README.md after the line containing `marker`."""
+    text = open(os.path.join(REPO, "README.md")).read()
+    after = text[text.index(marker):]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_hub_example_runs_from_another_directory(toy_checkpoint, wt2_slice, tmp_path):
+    """The README's Python example (load, score raw text, sample and greedy generation past L),
+    with its paths pointed at the toy model, run outside the repository."""
+    code = readme_block("Load a trained model from Python")
+    code = code.replace("checkpoints/wikitext2/alibi-L64", os.path.dirname(toy_checkpoint))
+    code = code.replace("data-bin/wikitext-2", wt2_slice)
+    (tmp_path / "example.py").write_text(code)
+    printed = run(["python", tmp_path / "example.py"], cwd=tmp_path)
+    assert "perplexity of the sentence:" in printed and "continuation:" in printed
+    tokens = int(re.search(r"generated (\d+) tokens", printed).group(1))
+    assert tokens > 32  # past the training length L=32
+
+
+def test_plugin_tools_work_from_any_directory(toy_checkpoint, wt2_slice, tmp_path):
+    log = run(["fairseq-alibi-eval-lm", wt2_slice, "--path", toy_checkpoint, "--tokens-per-sample", "64",
+               "--num-workers", "0"], cwd=tmp_path)
+    assert "Perplexity: " in log
+    # Stock fairseq with the README's relative --user-dir works from the repository root only.
+    proc = subprocess.run(["fairseq-eval-lm", wt2_slice, "--user-dir", "fairseq_alibi", "--path", toy_checkpoint],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode != 0
+
+
+def test_training_writes_tensorboard_logs(toy_checkpoint):
+    events = os.listdir(os.path.join(os.path.dirname(toy_checkpoint), "tensorboard", "train"))
+    assert any(name.startswith("events.out.tfevents") for name in events)

@@ -1,0 +1,39 @@
+"""fairseq's command-line tools with this plugin loaded, from any directory:
+fairseq-alibi-train, fairseq-alibi-eval-lm, fairseq-alibi-generate and fairseq-alibi-interactive
+take exactly the flags of fairseq-train, fairseq-eval-lm, ... and add `--user-dir` pointing at the
+installed package (fairseq resolves a relative --user-dir against the current directory only).
+"""
+import os
+import sys
+
+PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def with_plugin(argv):
+    """argv with --user-dir PLUGIN_DIR after the program name, unless one is given."""
+    if any(a == "--user-dir" or a.startswith("--user-dir=") for a in argv[1:]):
+        return argv
+    return [argv[0], "--user-dir", PLUGIN_DIR, *argv[1:]]
+
+
+def _run(module):
+    import importlib
+
+    sys.argv = with_plugin(sys.argv)
+    importlib.import_module(f"fairseq_cli.{module}").cli_main()
+
+
+def train():
+    _run("train")
+
+
+def eval_lm():
+    _run("eval_lm")
+
+
+def generate():
+    _run("generate")
+
+
+def interactive():
+    _run("interactive")
