@@ -60,7 +60,7 @@ def load_teacher(path: str, task):
 
 
 def full_log_probs(model, net_output) -> torch.Tensor:
-    """B x T x V log-probabilities over the whole vocabulary, differentiable.
+    """(..., V) log-probabilities over the whole vocabulary, differentiable.
 
     fairseq's AdaptiveSoftmax.get_log_prob builds them in place (autograd cannot go through it),
     so for an adaptive softmax they are assembled here from its head and tails, as its forward
@@ -100,25 +100,38 @@ class LMDistillationCriterion(FairseqCriterion):
         # Not an attribute nn.Module registers (see the module docstring).
         self.__dict__["teacher"] = teacher
 
-    def teacher_log_probs(self, sample, like: torch.Tensor) -> torch.Tensor:
+    def teacher_output(self, sample, like: torch.Tensor) -> torch.Tensor:
+        """The teacher's last-layer output (features, or logits without adaptive softmax)."""
         teacher = self.teacher
         weight = next(teacher.parameters())
         if weight.device != like.device or weight.dtype != like.dtype:
             teacher.to(device=like.device, dtype=like.dtype)
         with torch.no_grad():
-            return full_log_probs(teacher, teacher(**sample["net_input"]))
+            return teacher(**sample["net_input"])[0]
 
     def forward(self, model, sample, reduce=True):
         net_output = model(**sample["net_input"])
         target = model.get_targets(sample, net_output)
-        keep = target.ne(self.padding_idx)
-        log_probs = full_log_probs(model, net_output)  # B x T x V
-        nll = cross_entropy_terms(log_probs, target, keep).sum()
+        keep = target.ne(self.padding_idx).reshape(-1)
+        target = target.reshape(-1)
+        student = net_output[0].reshape(target.numel(), -1)  # (tokens, features or vocabulary)
         if self.weight > 0:
-            teacher = self.teacher_log_probs(sample, next(model.parameters()))
-            distill = distillation_terms(log_probs, teacher, keep, self.temperature).sum()
-        else:
-            distill = nll.new_zeros(())
+            teacher = self.teacher_output(sample, next(model.parameters()))
+            teacher = teacher.reshape(target.numel(), -1)
+        # Full-vocabulary distributions a block of tokens at a time: each tensor stays under
+        # malloc's mmap threshold (32 MB), so memory is reused instead of mapped and faulted in
+        # anew by every step (a 4096 x 33k batch at once spent most of its time in the kernel).
+        rows = max(1, 2**22 // len(self.task.target_dictionary))  # 16 MB of fp32 per block
+        nll = distill = student.new_zeros((), dtype=torch.float32)
+        for start in range(0, target.numel(), rows):
+            block = slice(start, start + rows)
+            log_probs = full_log_probs(model, (student[block],))
+            nll = nll + cross_entropy_terms(log_probs, target[block], keep[block]).sum()
+            if self.weight > 0:
+                with torch.no_grad():
+                    teacher_log_probs = full_log_probs(self.teacher, (teacher[block],))
+                distill = distill + distillation_terms(log_probs, teacher_log_probs, keep[block],
+                                                       self.temperature).sum()
         loss = (1 - self.weight) * nll + self.weight * distill
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {

@@ -251,6 +251,30 @@ def test_distillation_term_against_the_two_models_by_hand(converted_checkpoint, 
 
 
 @pytest.mark.slow
+def test_blocks_of_tokens_give_what_the_whole_batch_gives(converted_checkpoint, sinusoidal_checkpoint, wt2_slice):
+    """The criterion works through blocks of tokens (304 at this slice's 13.8k words); 2 x 500
+    tokens, four blocks, against both models' full distributions computed at once, in fp64."""
+    task = lm_task(converted_checkpoint, wt2_slice, tokens_per_sample=32)
+    pad = task.source_dictionary.pad()
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(4, 2000, (2, 501), generator=g)
+    tokens[1, 400:] = pad
+    sample = {"net_input": {"src_tokens": tokens[:, :-1]}, "target": tokens[:, 1:], "ntokens": 899}
+    student, teacher = load(converted_checkpoint), load(sinusoidal_checkpoint)
+    teacher.decoder.embed_positions.max_positions = 1000  # past its length: only to get many tokens
+    crit = criterion(task, sinusoidal_checkpoint, weight=0.3, temperature=1.5)
+    crit.teacher.decoder.embed_positions.max_positions = 1000
+    with torch.no_grad():
+        loss, _, log = crit(student, sample)
+        s = student.get_normalized_probs(student(tokens[:, :-1]), log_probs=True).double()
+        t = teacher.get_normalized_probs(teacher(tokens[:, :-1]), log_probs=True).double()
+    keep = sample["target"].ne(pad)
+    assert 2**22 // len(task.target_dictionary) < 500  # several blocks indeed
+    assert log["nll_loss"].item() == pytest.approx(cross_entropy_terms(s, sample["target"], keep).sum().item(), rel=1e-5)
+    assert log["distill_loss"].item() == pytest.approx(distillation_terms(s, t, keep, 1.5).sum().item(), rel=1e-4)
+
+
+@pytest.mark.slow
 def test_teacher_is_no_parameter_and_follows_the_student(sinusoidal_checkpoint, converted_checkpoint, wt2_slice):
     task = lm_task(converted_checkpoint, wt2_slice)
     crit = criterion(task, sinusoidal_checkpoint)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Give an existing model ALiBi, on WikiText-2 at CPU scale (about 45 minutes on 2 cores):
+# Give an existing model ALiBi, on WikiText-2 at CPU scale (about 45 minutes on 2 cores, most of
+# it distillation, which needs both models' full-vocabulary distributions at every token):
 # the main job's sinusoidal model (the teacher: L=64, UPDATES=400 updates) is converted to ALiBi
 # (positions dropped, every other weight kept) and fine-tuned for FINETUNE updates, once with plain
 # cross entropy and once with distillation from the teacher; both are compared from L to 16L with
@@ -8,13 +9,13 @@
 # at L, for the recovery curve. Greedy continuations past L show the bias at work while decoding.
 #
 # Environment (and common.sh's: data, L, L_VALID, TRAIN_FLAGS):
-#   FINETUNE (default 400), EVERY (default 100), DISTILL_WEIGHT (0.5), DISTILL_TEMPERATURE (2)
+#   FINETUNE (default 200), EVERY (default 50), DISTILL_WEIGHT (0.5), DISTILL_TEMPERATURE (2)
 #   TEACHER   an existing sinusoidal checkpoint to start from (default: train one)
 #   OUT (default runs/conversion), CHECKPOINTS (default checkpoints/conversion)
 source "$(dirname "$0")/common.sh"
 
-FINETUNE=${FINETUNE:-400}
-EVERY=${EVERY:-100}
+FINETUNE=${FINETUNE:-200}
+EVERY=${EVERY:-50}
 DISTILL_WEIGHT=${DISTILL_WEIGHT:-0.5}
 DISTILL_TEMPERATURE=${DISTILL_TEMPERATURE:-2}
 OUT=${OUT:-runs/conversion}
