@@ -30,6 +30,12 @@ def tiny_model():
     return build_model(extra=TINY)[0]
 
 
+def snapshot(root):
+    """Every file under root, by path, with its bytes: compare before and after to see nothing changed."""
+    return {os.path.join(d, name): open(os.path.join(d, name), "rb").read()
+            for d, _, files in os.walk(root) for name in files}
+
+
 def random_tokens(dictionary_size, batch, length, seed=0):
     g = torch.Generator().manual_seed(seed)
     # fairseq's Dictionary has 4 special symbols first; sample real words only

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, TOY, USER_DIR, run
+from conftest import REPO, TOY, USER_DIR, run, snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -185,7 +185,7 @@ def test_train_script_never_retrains_a_finished_run_nor_takes_over_another(toy_c
     """Rerunning a finished run leaves it as it is (fairseq would train one more update); a save
     directory holding another run (another method or L) is refused unless CONTINUE_RUN=1."""
     save = os.path.dirname(toy_checkpoint)
-    files = {name: open(os.path.join(save, name), "rb").read() for name in os.listdir(save)}
+    files = snapshot(save)
     same = ["scripts/train.sh", "alibi", "32", wt2_slice, save, "small", "--", "--max-update", "30",
             "--max-tokens", "1024", *TOY]
     assert "already trained (30 updates, --max-update 30)" in run(same)
@@ -193,7 +193,7 @@ def test_train_script_never_retrains_a_finished_run_nor_takes_over_another(toy_c
         proc = subprocess.run(["scripts/train.sh", *other, *same[3:]], cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 1 and "Traceback" not in proc.stderr
         assert "holds another run (alibi_transformer_lm_small at L=32, 30 updates)" in proc.stderr
-    assert {name: open(os.path.join(save, name), "rb").read() for name in os.listdir(save)} == files
+    assert snapshot(save) == files
     proc = subprocess.run(["scripts/train.sh", "alibi", "64", *same[3:]], cwd=REPO, capture_output=True,
                           text=True, env=dict(os.environ, CONTINUE_RUN="1"))
     assert proc.returncode == 0 and "already trained" in proc.stdout  # past the check, still finished

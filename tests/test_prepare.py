@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO, WIKITEXT2
+from conftest import REPO, WIKITEXT2, snapshot
 
 pytestmark = pytest.mark.slow
 FILES = ["wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens"]
@@ -82,10 +82,6 @@ def test_not_an_archive_is_rejected(tmp_path):
     (tmp_path / "broken.zip").write_bytes(b"<html>403 Forbidden</html>")
     proc = prepare(tmp_path, tmp_path / "broken.zip")
     assert proc.returncode == 1 and "not a readable zip archive" in proc.stderr
-
-
-def snapshot(root):
-    return {p: open(os.path.join(d, p), "rb").read() for d, _, files in os.walk(root) for p in files}
 
 
 def test_a_source_that_is_the_output_directory_is_left_untouched(tmp_path):
