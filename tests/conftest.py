@@ -1,3 +1,4 @@
+import functools
 import os
 
 import pytest
@@ -5,7 +6,31 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_alibi")
-WIKITEXT2 = os.environ.get("WIKITEXT2_DIR", os.path.join(REPO, "..", "shared", "data", "wikitext-2"))
+SHARED_WIKITEXT2 = os.path.join(REPO, "..", "shared", "data", "wikitext-2")
+
+
+@functools.lru_cache(maxsize=None)
+def find_wikitext2():
+    """The raw WikiText-2 files: WIKITEXT2_DIR, else this workspace's shared copy, else what
+    `make experiment` would use: scripts/prepare-wikitext.sh with WIKITEXT2_SOURCE (a directory,
+    archive or URL) or the download mirror, verified against the published checksums."""
+    if os.environ.get("WIKITEXT2_DIR"):
+        return os.environ["WIKITEXT2_DIR"]
+    if os.path.isdir(SHARED_WIKITEXT2):
+        return SHARED_WIKITEXT2
+    source = os.environ.get("WIKITEXT2_SOURCE", "")
+    if os.path.isdir(source):
+        return source
+    import subprocess
+
+    proc = subprocess.run(["scripts/prepare-wikitext.sh", "2", *([source] if source else [])], cwd=REPO,
+                          capture_output=True, text=True)
+    raw = os.path.join(REPO, os.environ.get("RAW_DIR", "data-raw"), "wikitext-2")
+    if proc.returncode != 0 or not os.path.isfile(os.path.join(raw, "wiki.train.tokens")):
+        why = (proc.stderr.strip().splitlines() or [f"no WikiText-2 files in {raw}"])[-1]
+        pytest.fail(f"WikiText-2 is needed by the tests: {why} (or set WIKITEXT2_DIR to a directory "
+                    "with wiki.{train,valid,test}.tokens)", pytrace=False)
+    return raw
 
 
 def build_model(arch="alibi_transformer_lm", vocab=50, extra=()):
@@ -54,11 +79,9 @@ def run(cmd, **kwargs):
 @pytest.fixture(scope="session")
 def wt2_slice(tmp_path_factory):
     """The first lines of each WikiText-2 split, binarized (about 160k training tokens)."""
-    if not os.path.isdir(WIKITEXT2):
-        pytest.fail(f"WikiText-2 not found at {WIKITEXT2}: set WIKITEXT2_DIR")
     root = tmp_path_factory.mktemp("wt2")
     for split, lines in [("train", 3000), ("valid", 400), ("test", 400)]:
-        with open(os.path.join(WIKITEXT2, f"wiki.{split}.tokens")) as f:
+        with open(os.path.join(find_wikitext2(), f"wiki.{split}.tokens")) as f:
             head = [next(f) for _ in range(lines)]
         (root / f"{split}.tokens").write_text("".join(head))
     run(["fairseq-preprocess", "--only-source", "--trainpref", root / "train.tokens",

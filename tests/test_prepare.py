@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO, WIKITEXT2, snapshot
+from conftest import REPO, find_wikitext2, snapshot
 
 pytestmark = pytest.mark.slow
 FILES = ["wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens"]
@@ -25,7 +25,7 @@ def make_zip(path, corrupt=False):
     """A wikitext-2-v1.zip laid out as the published one (wikitext-2/wiki.*.tokens)."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
         for name in FILES:
-            data = open(os.path.join(WIKITEXT2, name), "rb").read()
+            data = open(os.path.join(find_wikitext2(), name), "rb").read()
             if corrupt and name == "wiki.valid.tokens":
                 data = data[:1000] + b"X" + data[1001:]
             z.writestr(f"wikitext-2/{name}", data)
@@ -70,12 +70,12 @@ def test_local_tar_gz_and_directory_are_accepted(tmp_path):
     archive = tmp_path / "wikitext-2.tar.gz"
     with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
         for name in FILES:
-            tar.add(os.path.join(WIKITEXT2, name), arcname=f"wikitext-2/{name}")
+            tar.add(os.path.join(find_wikitext2(), name), arcname=f"wikitext-2/{name}")
     proc = prepare(tmp_path, archive)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "raw" / "wikitext-2" / "wiki.test.tokens").exists()
     # a directory is used in place (and a prepared data-bin is not redone)
-    assert "already prepared" in prepare(tmp_path, WIKITEXT2).stdout
+    assert "already prepared" in prepare(tmp_path, find_wikitext2()).stdout
 
 
 def test_not_an_archive_is_rejected(tmp_path):
@@ -89,7 +89,7 @@ def test_a_source_that_is_the_output_directory_is_left_untouched(tmp_path):
     out = tmp_path / "data-bin" / "wikitext-2"
     out.mkdir(parents=True)
     for name in FILES:
-        (out / name).write_bytes(open(os.path.join(WIKITEXT2, name), "rb").read())
+        (out / name).write_bytes(open(os.path.join(find_wikitext2(), name), "rb").read())
     before = snapshot(out)
     proc = prepare(tmp_path, out)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
@@ -105,3 +105,20 @@ def test_extraction_never_replaces_an_existing_raw_directory(tmp_path):
     proc = prepare(tmp_path, archive)
     assert proc.returncode == 1 and "exists without wiki.train.tokens" in proc.stderr
     assert (raw / "notes.txt").read_text() == "mine"
+
+
+def test_the_tests_fetch_wikitext2_as_make_experiment_does(tmp_path, monkeypatch):
+    """Outside this workspace (no shared copy) the tests get WikiText-2 through prepare-wikitext.sh,
+    here from a file:// URL standing in for the mirror."""
+    import conftest
+
+    archive = make_zip(tmp_path / "wikitext-2-v1.zip")
+    expected = {name: open(os.path.join(find_wikitext2(), name), "rb").read() for name in FILES}
+    monkeypatch.setattr(conftest, "SHARED_WIKITEXT2", str(tmp_path / "nowhere"))
+    monkeypatch.delenv("WIKITEXT2_DIR", raising=False)
+    for name, value in [("WIKITEXT2_SOURCE", f"file://{archive}"), ("RAW_DIR", str(tmp_path / "raw")),
+                        ("DATA_BIN", str(tmp_path / "bin"))]:
+        monkeypatch.setenv(name, value)
+    found = conftest.find_wikitext2.__wrapped__()
+    assert found == str(tmp_path / "raw" / "wikitext-2")
+    assert snapshot(found) == {os.path.join(found, name): data for name, data in expected.items()}
