@@ -38,37 +38,39 @@ for stride in $strides; do
     /*[!0-9]*|*[!0-9/]*|?*/*|/) fail "stride must be 0, a positive integer or /K (L_valid / K), got '$stride'" ;; esac
 done
 
-# What was trained: model name and training length, read from the checkpoint's own config.
-read -r model train_length has_scaling updates fork < <(python3 - "$checkpoint" 2>/dev/null <<'EOF'
-import sys, torch
-state = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)
-cfg, history = state["cfg"], state.get("optimizer_history") or [{}]
-print(cfg["model"]["_name"], cfg["task"]["tokens_per_sample"], int("alibi_scaling" in cfg["model"]),
-      history[-1].get("num_updates", -1), int("max_tokens" in cfg["model"]))
-EOF
-) || fail "$checkpoint is not a fairseq checkpoint ($usage)"
-# The paper's fork saves ALiBi models as transformer_lm: scored as they are, they are sinusoidal.
-[ "$fork" = 0 ] || fail "$checkpoint is a checkpoint of the paper's fork, which fairseq would score as sinusoidal: convert it first with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt"
-# The user's own --model-overrides: checked here (fairseq silently ignores a key the checkpoint's
+# The user's own --model-overrides: checked below (fairseq silently ignores a key the checkpoint's
 # config lacks, a typo included) and merged into the ones this script sets.
 extra=() user_overrides="{}"
 while [ $# -gt 0 ]; do
   if [ "$1" = --model-overrides ] && [ $# -gt 1 ]; then user_overrides=$2; shift 2; else extra+=("$1"); shift; fi
 done
-python3 - "$checkpoint" "$user_overrides" <<'EOF' || exit 1
+
+# What was trained: model name and training length, read from the checkpoint's own config.
+info=$(python3 - "$checkpoint" "$user_overrides" <<'EOF'
 import ast, difflib, sys, torch
-keys = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)["cfg"]["model"].keys()
+try:
+    state = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)
+    cfg, history = state["cfg"], state.get("optimizer_history") or [{}]
+    model = cfg["model"]
+except Exception:
+    sys.exit(f"error: {sys.argv[1]} is not a fairseq checkpoint")
 try:
     overrides = ast.literal_eval(sys.argv[2])
     assert isinstance(overrides, dict)
 except Exception:
     sys.exit(f"error: --model-overrides {sys.argv[2]} is not a Python dict, e.g. \"{{'alibi_attention': 'sdpa'}}\"")
 for key in overrides:
-    if key not in keys:
-        close = difflib.get_close_matches(key, keys, n=1)
+    if key not in model:
+        close = difflib.get_close_matches(key, model.keys(), n=1)
         sys.exit(f"error: --model-overrides names {key!r}, which {sys.argv[1]}'s model config lacks, so fairseq "
                  "would ignore it" + (f": did you mean {close[0]!r}?" if close else ""))
+print(model["_name"], cfg["task"]["tokens_per_sample"], int("alibi_scaling" in model),
+      history[-1].get("num_updates", -1), int("max_tokens" in model))
 EOF
+) || exit 1
+read -r model train_length has_scaling updates fork <<< "$info"
+# The paper's fork saves ALiBi models as transformer_lm: scored as they are, they are sinusoidal.
+[ "$fork" = 0 ] || fail "$checkpoint is a checkpoint of the paper's fork, which fairseq would score as sinusoidal: convert it first with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt"
 scaling=${ALIBI_SCALING:-none}
 case $scaling in none|linear|ntk|dynamic_ntk) ;; *)
   echo "error: ALIBI_SCALING=$scaling: use none, linear, ntk or dynamic_ntk" >&2; exit 1 ;;

@@ -37,23 +37,28 @@ def method_name(row):
     return method + SCALINGS[row.get("scaling") or "none"]
 
 
+def read_json_lines(path):
+    """The rows of one of scripts/eval.sh's JSON-lines files; one line of error for a bad line."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: no results file {path}: run scripts/eval.sh first")
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    raise SystemExit(f"error: {path} line {number} is not a JSON line (left by an "
+                                     "interrupted run?): delete that line and rerun")
+
+
 def load(paths):
     rows = {}
     for path in paths:
-        if not os.path.isfile(path):
-            raise SystemExit(f"error: no results file {path}: run scripts/eval.sh first")
-        with open(path) as f:
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        r = json.loads(line)
-                    except json.JSONDecodeError:
-                        raise SystemExit(f"error: {path} line {number} is not a JSON line (left by an "
-                                         "interrupted run?): delete that line and rerun")
-                    # The last measurement of a configuration wins (reruns append).
-                    stride = r.get("stride_rule") or str(r["stride"])  # "L_valid/2": one table
-                    key = (r["split"], stride, method_name(r), r["train_length"], r["checkpoint"], r["l_valid"])
-                    rows[key] = r["perplexity"]
+        for r in read_json_lines(path):
+            # The last measurement of a configuration wins (reruns append).
+            stride = r.get("stride_rule") or str(r["stride"])  # "L_valid/2": one table
+            key = (r["split"], stride, method_name(r), r["train_length"], r["checkpoint"], r["l_valid"])
+            rows[key] = r["perplexity"]
     return rows
 
 

@@ -9,25 +9,22 @@ fine-tuning updates k: the two fine-tuned models after k, ALiBi from scratch aft
 in all as the teacher plus k) and DIR/recovery.png (perplexity against total training updates).
 """
 import argparse
-import json
 import os
+import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from results import read_json_lines  # noqa: E402
+
 
 def load(path):
     points = {}
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    raise SystemExit(f"error: {path} line {number} is not JSON (an interrupted run?): remove it")
-                points.setdefault(row["label"], {})[row["updates"]] = row["perplexity"]
+    for row in read_json_lines(path):
+        points.setdefault(row["label"], {})[row["updates"]] = row["perplexity"]
     missing = {"teacher", "converted", "ce", "distill", "scratch"} - set(points)
     if missing:
         raise SystemExit(f"error: {path} lacks the {', '.join(sorted(missing))} rows: run examples/wikitext2/convert.sh")
