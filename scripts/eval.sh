@@ -72,13 +72,11 @@ read -r model train_length has_scaling updates fork <<< "$info"
 # The paper's fork saves ALiBi models as transformer_lm: scored as they are, they are sinusoidal.
 [ "$fork" = 0 ] || fail "$checkpoint is a checkpoint of the paper's fork, which fairseq would score as sinusoidal: convert it first with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt"
 scaling=${ALIBI_SCALING:-none}
-case $scaling in none|linear|ntk|dynamic_ntk) ;; *)
-  echo "error: ALIBI_SCALING=$scaling: use none, linear, ntk or dynamic_ntk" >&2; exit 1 ;;
-esac
+case $scaling in none|linear|ntk|dynamic_ntk) ;; *) fail "ALIBI_SCALING=$scaling: use none, linear, ntk or dynamic_ntk" ;; esac
 if [ "$scaling" != none ]; then
-  case $model in alibi_*) ;; *) echo "error: ALIBI_SCALING applies to ALiBi checkpoints, $checkpoint is $model" >&2; exit 1 ;; esac
+  case $model in alibi_*) ;; *) fail "ALIBI_SCALING applies to ALiBi checkpoints, $checkpoint is $model" ;; esac
   # fairseq silently ignores --model-overrides of fields a checkpoint's config lacks.
-  [ "$has_scaling" = 1 ] || { echo "error: $checkpoint predates ALiBi scaling: add it with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt" >&2; exit 1; }
+  [ "$has_scaling" = 1 ] || fail "$checkpoint predates ALiBi scaling: add it with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt"
 fi
 
 # fairseq prints "Evaluated 217,646 tokens in 12.3s (17695.61 tokens/s)" and

@@ -40,7 +40,7 @@ case $preset:$method in
                       model=(--user-dir "$here/fairseq_alibi" --arch "${method}_transformer_lm_$preset") ;;
   wiki103:sinusoidal) model=(--arch transformer_lm_wiki103) ;;
   small:sinusoidal)   read -r -a model <<< "$(python3 -c 'from fairseq_alibi.decoder import SMALL_TWIN_FLAGS; print(SMALL_TWIN_FLAGS)')" ;;
-  *) echo "error: unknown method/preset '$method'/'$preset': use alibi|rotary|t5_bias|sinusoidal and wiki103|small" >&2; exit 1 ;;
+  *) fail "unknown method/preset '$method'/'$preset': use alibi|rotary|t5_bias|sinusoidal and wiki103|small" ;;
 esac
 
 # Processes in this job: the launcher's world size, else one per GPU on this node.
@@ -62,8 +62,7 @@ if [ "$preset" = wiki103 ]; then
   [ "$length" -ge 3072 ] && { tokens=3072; freq=3; }
   workers=$(( world > 0 ? world : 1 ))
   if (( 8 % workers != 0 )); then
-    echo "error: $workers GPUs: the paper's batch (8 x $tokens tokens) needs 1, 2, 4 or 8 GPUs (or set --max-tokens/--update-freq yourself after --)" >&2
-    exit 1
+    fail "$workers GPUs: the paper's batch (8 x $tokens tokens) needs 1, 2, 4 or 8 GPUs (or set --max-tokens/--update-freq yourself after --)"
   fi
   freq=$(( freq * 8 / workers ))
   recipe=(--max-update 286000 --lr 1.0 --t-mult 2 --lr-period-updates 270000 --lr-scheduler cosine
@@ -105,10 +104,9 @@ model = state["cfg"]["model"]  # _name is the --arch given (arch itself only in 
 print(model.get("arch") or model["_name"], state["cfg"]["task"]["tokens_per_sample"],
       state["optimizer_history"][-1]["num_updates"])
 EOF
-  ) || { echo "error: $save_dir/checkpoint_last.pt is unreadable: move it away or choose another SAVE_DIR" >&2; exit 1; }
+  ) || fail "$save_dir/checkpoint_last.pt is unreadable: move it away or choose another SAVE_DIR"
   if [ "$done_arch $done_length" != "$arch $length" ] && [ "${CONTINUE_RUN:-0}" != 1 ]; then
-    echo "error: $save_dir holds another run ($done_arch at L=$done_length, $done_updates updates), not $arch at L=$length: choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one" >&2
-    exit 1
+    fail "$save_dir holds another run ($done_arch at L=$done_length, $done_updates updates), not $arch at L=$length: choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one"
   fi
   if [ "$done_updates" -ge "$max_update" ]; then
     echo "$save_dir is already trained ($done_updates updates, --max-update $max_update): nothing to do"
