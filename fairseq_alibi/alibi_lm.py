@@ -24,6 +24,7 @@ from .decoder import (
 )
 from .kernels import InKernelBias, flash_available
 
+KERNELS = ("auto", "sdpa", "flash", "flex")  # --alibi-attention
 
 class AlibiTransformerDecoder(RelativePositionDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
@@ -77,9 +78,6 @@ class AlibiTransformerDecoder(RelativePositionDecoder):
         (flash where it can run, else sdpa). Padding to fold in, and dynamic scaling (a slope per
         query), need the dense mask."""
         choice = self.attention_kernel
-        if self.scaling == "dynamic_ntk" and choice in ("flash", "flex"):
-            raise ConfigError(f"--alibi-attention {choice} takes one slope per head, not the per-query "
-                              "slopes of dynamic_ntk scaling: use auto or sdpa")
         if choice == "sdpa" or padding_mask is not None or self.scaling == "dynamic_ntk":
             return "sdpa"
         why_not = flash_available(x) if choice in ("flash", "auto") else None
@@ -96,9 +94,17 @@ class AlibiTransformerDecoder(RelativePositionDecoder):
         return AttentionBias(kernel=InKernelBias(kernel, self.alibi_slopes))
 
 
-def check_scaling_args(args):
+def check_alibi_args(args):
+    """Once, when the model is built: the options (also those set by --model-overrides, which
+    argparse never sees) and their combinations."""
     scaling = getattr(args, "alibi_scaling", "none")
     factor = getattr(args, "alibi_scaling_factor", 1.0)
+    kernel = getattr(args, "alibi_attention", "auto")
+    if kernel not in KERNELS:
+        raise ConfigError(f"unknown alibi_attention {kernel!r}: use one of {', '.join(KERNELS)}")
+    if scaling == "dynamic_ntk" and kernel in ("flash", "flex"):
+        raise ConfigError(f"--alibi-attention {kernel} takes one slope per head, not the per-query "
+                          "slopes of dynamic_ntk scaling: use auto or sdpa")
     if scaling not in SCALINGS:
         raise ConfigError(f"unknown alibi_scaling {scaling!r}: use one of {', '.join(SCALINGS)}")
     if not factor > 0:
@@ -113,7 +119,7 @@ class AlibiTransformerLanguageModelConfig(TransformerLanguageModelConfig):
     """fairseq's transformer LM options; position-embedding options are rejected (see
     decoder.check_args) because ALiBi replaces position embeddings."""
 
-    alibi_attention: ChoiceEnum(["auto", "sdpa", "flash", "flex"]) = field(
+    alibi_attention: ChoiceEnum(KERNELS) = field(
         default="auto",
         metadata={"help": "attention kernel: sdpa (PyTorch, dense ALiBi mask), flash "
                   "(FlashAttention-2 >= 2.4, GPU, fp16/bf16), flex (FlexAttention), auto (flash "
@@ -144,7 +150,7 @@ class AlibiTransformerLanguageModel(RelativePositionLanguageModel):
 
     @classmethod
     def build_model(cls, args, task):
-        check_scaling_args(args)
+        check_alibi_args(args)
         return super().build_model(args, task)
 
 

@@ -7,7 +7,9 @@
 # slides a window of L_valid tokens by S tokens (--context-window L_valid-S), scoring only the
 # last S: S=1 is the paper's Tables 13-15 (costs about L_valid times nonoverlapping), S=512 its
 # Table 7; S=/K slides by L_valid / K. Windows are batched (the ALiBi mask does not depend on batch size).
-# Appends one JSON line per (checkpoint, split, L_valid, stride); SPLIT=valid|test (default valid);
+# Appends one JSON line per (checkpoint, split, L_valid, stride), with fairseq-eval-lm's loss and
+# perplexity as its evaluation code returns them (all in one process: scripts/evaluate.py) and the
+# wall time, loading included; SPLIT=valid|test (default valid);
 # LABEL names the checkpoint's row in scripts/results.py (default: its method).
 # ALiBi checkpoints: ALIBI_SCALING=linear|ntk|dynamic_ntk rescales the slopes without retraining,
 # by ALIBI_SCALING_FACTOR (default: L_valid / L_train for linear and ntk, 1 for dynamic_ntk).
@@ -42,6 +44,9 @@ done
 # config lacks, a typo included) and merged into the ones this script sets.
 extra=() user_overrides="{}"
 while [ $# -gt 0 ]; do
+  case $1 in --context-window*|--tokens-per-sample*|--gen-subset*|--path*)
+    fail "$1 is set by this script: give L_VALID, STRIDE (context window = L_valid - stride), SPLIT= and CHECKPOINT instead" ;;
+  esac
   if [ "$1" = --model-overrides ] && [ $# -gt 1 ]; then user_overrides=$2; shift 2; else extra+=("$1"); shift; fi
 done
 
@@ -79,23 +84,8 @@ if [ "$scaling" != none ]; then
   [ "$has_scaling" = 1 ] || fail "$checkpoint predates ALiBi scaling: add it with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt"
 fi
 
-# fairseq prints "Evaluated 217,646 tokens in 12.3s (17695.61 tokens/s)" and
-# "Loss (base 2): 8.5213, Perplexity: 367.45"; turn them into one JSON line.
-to_json='
-import json, math, re, sys
-log = sys.stdin.read()
-tokens, seconds, tps = re.search(r"Evaluated ([\d,]+) tokens in ([\d.]+)s \(([\d.]+) tokens/s\)", log).groups()
-loss, ppl = re.search(r"Loss \(base 2\): (\S+), Perplexity: (\S+)", log).groups()
-if not math.isfinite(float(ppl)):
-    sys.exit(f"error: perplexity {ppl} for {sys.argv[1]}: its weights hold NaN or inf (a diverged run?); nothing recorded")
-ckpt, model, train_length, updates, split, l_valid, stride, stride_rule, scaling, factor, label = sys.argv[1:]
-print(json.dumps({"checkpoint": ckpt, "label": label or None, "model": model, "train_length": int(train_length), "updates": int(updates),
-    "split": split, "l_valid": int(l_valid), "stride": int(stride), "stride_rule": stride_rule, "scaling": scaling,
-    "scaling_factor": float(factor) if scaling != "none" else None, "loss_base2": float(loss),
-    "perplexity": float(ppl), "tokens": int(tokens.replace(",", "")), "seconds": float(seconds),
-    "tokens_per_s": float(tps)}))
-'
 mkdir -p "$(dirname "$out")"
+jobs=()  # L_valid, stride, stride rule, context window, scaling, factor, overrides: tab-separated
 for l_valid in $lengths; do
   for stride in $strides; do  # a number, or /K for L_valid / K
     stride_rule=$stride
@@ -113,13 +103,10 @@ for l_valid in $lengths; do
     esac
     overrides=$(python3 -c 'import ast, sys; o = ast.literal_eval(sys.argv[1]); o.update(ast.literal_eval(sys.argv[2])); print(o)' \
       "$overrides" "$user_overrides")
-    log=$(fairseq-eval-lm "$data" --user-dir "$here/fairseq_alibi" --path "$checkpoint" \
-      --gen-subset "$split" --tokens-per-sample "$l_valid" --context-window "$context" \
-      --max-tokens "$(( l_valid > 16384 ? l_valid : 16384 ))" --model-overrides "$overrides" \
-      --num-workers 0 --no-progress-bar "${extra[@]}" 2>&1) || {
-      saved=$(mktemp "${TMPDIR:-/tmp}/eval-lm.XXXXXX.log"); echo "$log" > "$saved"
-      fail "fairseq-eval-lm failed on $checkpoint at L_valid $l_valid: $(grep -v '^\s*$' <<< "$log" | tail -n 1) (full log: $saved)"; }
-    python3 -c "$to_json" "$checkpoint" "$model" "$train_length" "$updates" "$split" "$l_valid" "$stride" "$stride_rule" "$scaling" "$factor" "${LABEL:-}" <<< "$log" >> "$out"
-    tail -n 1 "$out"
+    jobs+=("$l_valid"$'\t'"$stride"$'\t'"$stride_rule"$'\t'"$context"$'\t'"$scaling"$'\t'"$factor"$'\t'"$overrides")
   done
 done
+# All of them in one process, by fairseq's own evaluation (see scripts/evaluate.py).
+[ ${#jobs[@]} -gt 0 ] || exit 0
+printf '%s\n' "${jobs[@]}" | python3 "$here/scripts/evaluate.py" "$checkpoint" "$data" "$out" "$split" "${LABEL:-}" \
+  "$model" "$train_length" "$updates" -- "${extra[@]}"

@@ -205,7 +205,8 @@ def eval_script(*args, env=None):
 
 
 @pytest.mark.parametrize("case", ["swapped", "out_is_checkpoint", "length_abc", "length_0", "length_negative",
-                                  "stride_negative", "stride_over_0", "factor_abc", "no_such_split", "nan_weights"])
+                                  "stride_negative", "stride_over_0", "factor_abc", "no_such_split", "nan_weights",
+                                  "context_window_flag", "unknown_flag", "bad_override_value", "fairseq_failure"])
 def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpoint, wt2_slice, tmp_path):
     out = tmp_path / "r.jsonl"
     checkpoint = toy_checkpoint
@@ -229,6 +230,14 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
         env = {"ALIBI_SCALING": "linear", "ALIBI_SCALING_FACTOR": "abc"}
     elif case == "no_such_split":
         env = {"SPLIT": "dev"}
+    elif case == "context_window_flag":  # at least as long as the window: fairseq would crash
+        args += ["0", "--", "--context-window", "40"]
+    elif case == "unknown_flag":
+        args += ["0", "--", "--bogus"]
+    elif case == "bad_override_value":  # argparse never sees it: checked when the model is built
+        args += ["0", "--", "--model-overrides", "{'alibi_attention': 'bogus'}"]
+    elif case == "fairseq_failure":
+        args += ["0", "--", "--max-tokens", "1"]
     proc = eval_script(*args, env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]

@@ -36,7 +36,5 @@ train() {  # METHOD SAVE_DIR [fairseq-train flags]: the small preset at L; log a
 evaluate() {  # CHECKPOINT OUT.jsonl: at each L_VALID (and sliding, stride L_valid/2, if SLIDING=1)
   local strides=0
   [ "$SLIDING" = 1 ] && strides="0 /2"
-  for l_valid in $L_VALID; do
-    scripts/eval.sh "$1" "$data" "$2" "$l_valid" "$strides"
-  done
+  scripts/eval.sh "$1" "$data" "$2" "$L_VALID" "$strides"
 }

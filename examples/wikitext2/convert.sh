@@ -54,7 +54,8 @@ LABEL="Sinusoidal teacher ($UPDATES)" evaluate "$teacher" "$OUT/results.jsonl"
 LABEL="Converted, not fine-tuned" evaluate "$converted" "$OUT/results.jsonl"
 LABEL="Converted + $FINETUNE CE" evaluate "$ce/checkpoint_last.pt" "$OUT/results.jsonl"
 LABEL="Converted + $FINETUNE distill" evaluate "$kd/checkpoint_last.pt" "$OUT/results.jsonl"
-LABEL="ALiBi from scratch ($UPDATES)" evaluate "$(checkpoint_at "$scratch" "$UPDATES")" "$OUT/results.jsonl"
+scratch_early=$(checkpoint_at "$scratch" "$UPDATES")  # an assignment, so that set -e sees its failure
+LABEL="ALiBi from scratch ($UPDATES)" evaluate "$scratch_early" "$OUT/results.jsonl"
 LABEL="ALiBi from scratch ($total)" evaluate "$scratch/checkpoint_last.pt" "$OUT/results.jsonl"
 
 echo "== recovery curve: every $EVERY updates, at L_valid = $L"
