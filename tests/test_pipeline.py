@@ -161,6 +161,22 @@ def test_comparison_script_toy_run(wt2_slice, tmp_path):
         assert (tmp_path / "out" / name).stat().st_size > 0
 
 
+def test_presets_go_on_after_a_finished_training_and_show_its_errors(wt2_slice, tmp_path):
+    """The presets' train step (common.sh): rerun on a finished run it says so and the script goes
+    on (grep finding no progress line once ended it, silently); the log is appended to, not
+    replaced; train.sh's refusals are shown and end the script."""
+    env = dict(os.environ, DATA=wt2_slice, L="16", TRAIN_FLAGS=" ".join(["--max-tokens", "1024", *TOY]))
+    step = f'source examples/wikitext2/common.sh; train alibi {tmp_path}/save --max-update 2; echo "went on"'
+    first = run(["bash", "-c", step], env=env)
+    log = (tmp_path / "save" / "train.log").read_text()
+    again = run(["bash", "-c", step], env=env)
+    assert "went on" in first and "went on" in again and "already trained (2 updates" in again
+    assert (tmp_path / "save" / "train.log").read_text().startswith(log)
+    bad = subprocess.run(["bash", "-c", step.replace("--max-update 2", "--fp16")], cwd=REPO, env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "went on" not in bad.stdout and "--fp16 needs a GPU" in bad.stdout
+
+
 def test_scaling_needs_an_alibi_checkpoint_that_knows_the_option(toy_checkpoint, wt2_slice, tmp_path):
     """fairseq drops --model-overrides of fields a checkpoint lacks: eval.sh refuses, and
     convert_checkpoint adds them to checkpoints trained before the option existed."""
