@@ -353,7 +353,9 @@ def test_conversion_preset_toy_run(wt2_slice, tmp_path):
     table = (out / "recovery.md").read_text()
     assert "| 0 |" in table and "| 10 |" in table
     generation = (out / "generation.md").read_text()
-    assert generation.count("**") == 10 and "stopped at its 16 positions" in generation  # the teacher
+    assert generation.count("**") == 10 and "Prompt (8 tokens)" in generation
+    # Past L for every ALiBi model; the teacher stops at its 16 positions (8 of the prompt, 7 new, 1 end).
+    assert generation.count(", 16 tokens):") == 4 and "(transformer_lm, 7 tokens (stopped at its 16 positions))" in generation
     for name in ("recovery.png", "figure_valid_stride0.png", "table_valid_stride0.md"):
         assert (out / name).stat().st_size > 0
     rerun = subprocess.run(["examples/wikitext2/convert.sh"], env=env, cwd=REPO, capture_output=True, text=True)

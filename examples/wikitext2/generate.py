@@ -3,7 +3,7 @@
 
     python examples/wikitext2/generate.py DATA CHECKPOINT [CHECKPOINT ...] [--prompt 48 --new 48]
 
-The prompt is the first --prompt tokens of DATA's validation set; each model continues it greedily
+The prompt is the first --prompt words of DATA's validation set (line ends dropped); each model continues it greedily
 (fairseq's SequenceGenerator, so incremental decoding) for --new tokens, past L = 64 with the
 defaults. A model with position embeddings cannot go past its max positions: it stops there.
 Prints Markdown.
@@ -31,17 +31,23 @@ def main():
         hub = TransformerLanguageModel.from_pretrained(os.path.dirname(path) or ".", os.path.basename(path),
                                                        data_name_or_path=args.data)
         hub.eval()
-        if prompt is None:  # the validation set's first tokens, end-of-line symbols included
+        if prompt is None:  # the validation set's first tokens, without end-of-line symbols: fairseq's
+            # generator ends a hypothesis at an end-of-sentence, even one forced by the prompt
             valid = data_utils.load_indexed_dataset(os.path.join(args.data, "valid"), hub.src_dict)
-            prompt = torch.cat([valid[i] for i in range(min(len(valid), args.prompt))])[: args.prompt]
+            words = torch.cat([valid[i] for i in range(min(len(valid), args.prompt + 1))])
+            prompt = words[words.ne(hub.src_dict.eos())][: args.prompt]
             print(f"Prompt ({len(prompt)} tokens):\n\n> {hub.decode(prompt)}\n")
         limit = hub.models[0].max_positions()
         new = min(args.new, limit - len(prompt) - 1)
-        # An LM's hypothesis holds the prompt, then at most max_len_b tokens.
-        hypo = hub.generate(prompt, beam=1, max_len_a=0, max_len_b=new, min_len=new)[0]["tokens"]
+        # fairseq's length limits count the prompt too: an LM's hypothesis starts with it.
+        total = len(prompt) + new
+        hypo = hub.generate(prompt, beam=1, max_len_a=0, max_len_b=total, min_len=total)[0]["tokens"]
+        generated = hypo[len(prompt):]
+        if len(generated) and generated[-1] == hub.src_dict.eos():  # appended at the length limit
+            generated = generated[:-1]
         stop = f" (stopped at its {limit} positions)" if new < args.new else ""
         model = hub.cfg.model._name
-        print(f"**{path}** ({model}, {len(hypo) - len(prompt)} tokens{stop}):\n\n> {hub.decode(hypo[len(prompt):])}\n")
+        print(f"**{path}** ({model}, {len(generated)} tokens{stop}):\n\n> {hub.decode(generated)}\n")
 
 
 if __name__ == "__main__":
