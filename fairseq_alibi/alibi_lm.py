@@ -26,6 +26,7 @@ from .kernels import InKernelBias, flash_available
 
 KERNELS = ("auto", "sdpa", "flash", "flex")  # --alibi-attention
 
+
 class AlibiTransformerDecoder(RelativePositionDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)

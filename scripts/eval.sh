@@ -41,7 +41,7 @@ for stride in $strides; do
 done
 
 # The user's own --model-overrides: checked below (fairseq silently ignores a key the checkpoint's
-# config lacks, a typo included) and merged into the ones this script sets.
+# config lacks, a typo included) and merged into the ones this script sets (by scripts/evaluate.py).
 extra=() user_overrides="{}"
 while [ $# -gt 0 ]; do
   case $1 in --context-window*|--tokens-per-sample*|--gen-subset*|--path*)
@@ -101,12 +101,10 @@ for l_valid in $lengths; do
       *) factor=${ALIBI_SCALING_FACTOR:-$(python3 -c "print($l_valid / $train_length)")}
         overrides="{'alibi_scaling': '$scaling', 'alibi_scaling_factor': $factor}" ;;
     esac
-    overrides=$(python3 -c 'import ast, sys; o = ast.literal_eval(sys.argv[1]); o.update(ast.literal_eval(sys.argv[2])); print(o)' \
-      "$overrides" "$user_overrides")
     jobs+=("$l_valid"$'\t'"$stride"$'\t'"$stride_rule"$'\t'"$context"$'\t'"$scaling"$'\t'"$factor"$'\t'"$overrides")
   done
 done
 # All of them in one process, by fairseq's own evaluation (see scripts/evaluate.py).
 [ ${#jobs[@]} -gt 0 ] || exit 0
 printf '%s\n' "${jobs[@]}" | python3 "$here/scripts/evaluate.py" "$checkpoint" "$data" "$out" "$split" "${LABEL:-}" \
-  "$model" "$train_length" "$updates" -- "${extra[@]}"
+  "$model" "$train_length" "$updates" "$user_overrides" -- "${extra[@]}"

@@ -1,15 +1,17 @@
 """scripts/eval.sh's worker: score one checkpoint at several (L_valid, stride) in one process.
 
     python3 scripts/evaluate.py CHECKPOINT DATA OUT.jsonl SPLIT LABEL MODEL TRAIN_LENGTH UPDATES \
-        < JOBS [-- fairseq-eval-lm flags]
+        USER_OVERRIDES < JOBS [-- fairseq-eval-lm flags]
 
 MODEL, TRAIN_LENGTH, UPDATES: what eval.sh read from the checkpoint, recorded with each result.
 JOBS: one line per evaluation, tab-separated: L_valid, stride, stride rule, context window,
-scaling, scaling factor, model overrides (a Python dict). eval.sh has checked everything.
+scaling, scaling factor, the script's model overrides (a Python dict); USER_OVERRIDES (a dict, checked
+by eval.sh) are merged into each job's and win. eval.sh has checked everything.
 Each evaluation is fairseq-eval-lm's own (fairseq_cli.eval_lm.main, which returns the loss and
 perplexity); doing them in one process saves a Python, torch and fairseq start-up per length.
 One JSON line per evaluation is appended to OUT and printed.
 """
+import ast
 import contextlib
 import io
 import json
@@ -36,7 +38,7 @@ from fairseq_cli import eval_lm  # noqa: E402
 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 argv = sys.argv[1:]
 extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-checkpoint, data, out, split, label, model_name, train_length, updates = argv[:8]
+checkpoint, data, out, split, label, model_name, train_length, updates, user_overrides = argv[:9]
 
 # Tokens scored: every token of the split once, whatever the window (what fairseq counts too).
 dictionary = Dictionary.load(os.path.join(data, "dict.txt"))
@@ -45,6 +47,7 @@ tokens = int(split_data.sizes.sum())  # its sizes live only as long as it does
 
 for line in sys.stdin:
     l_valid, stride, stride_rule, context, scaling, factor, overrides = line.rstrip("\n").split("\t")
+    overrides = str({**ast.literal_eval(overrides), **ast.literal_eval(user_overrides)})
     log.seek(0)
     log.truncate()
     parser = options.get_eval_lm_parser()
