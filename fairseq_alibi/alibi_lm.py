@@ -16,15 +16,16 @@ from fairseq.models.transformer_lm import TransformerLanguageModelConfig
 
 from .alibi import SCALINGS, alibi_mask, alibi_slopes, dynamic_factors, scale_slopes
 from .decoder import (
-    AttentionBias,
+    BLOCK,
     ConfigError,
     RelativePositionDecoder,
     RelativePositionLanguageModel,
+    blocked_fits,
     register_architectures,
 )
-from .kernels import InKernelBias, flash_available
+from .kernels import BlockedBias, InKernelBias, flash_available
 
-KERNELS = ("auto", "sdpa", "flash", "flex")  # --alibi-attention
+KERNELS = ("auto", "sdpa", "flash", "flex", "blocked")  # --alibi-attention
 
 
 class AlibiTransformerDecoder(RelativePositionDecoder):
@@ -74,25 +75,33 @@ class AlibiTransformerDecoder(RelativePositionDecoder):
             self._square_mask = (key, mask)
         return self._square_mask[1][..., :length, :length]
 
-    def choose_kernel(self, x: Tensor, padding_mask: Optional[Tensor]) -> str:
-        """--alibi-attention: sdpa (dense mask), flash or flex (bias in the kernel), or auto
-        (flash where it can run, else sdpa). Padding to fold in, and dynamic scaling (a slope per
-        query), need the dense mask."""
+    def choose_kernel(self, x: Tensor, query_len: int, padding_mask: Optional[Tensor]) -> str:
+        """--alibi-attention: sdpa (dense mask), flash or flex (bias in the kernel), blocked (CPU
+        evaluation in query blocks, no T x S mask), or auto: flash where it can run, else blocked
+        where it fits (decoder.blocked_fits), else sdpa. Padding to fold in, and dynamic scaling (a
+        slope per query), need the dense mask."""
         choice = self.attention_kernel
         if choice == "sdpa" or padding_mask is not None or self.scaling == "dynamic_ntk":
             return "sdpa"
         why_not = flash_available(x) if choice in ("flash", "auto") else None
         if choice == "flash" and why_not:
             raise ConfigError(f"--alibi-attention flash cannot run: {why_not}; use auto or sdpa")
+        if choice == "blocked" and x.device.type != "cpu":
+            raise ConfigError("--alibi-attention blocked runs on CPU only: use auto on a GPU")
         if choice == "auto":
-            return "sdpa" if why_not else "flash"
+            if not why_not:
+                return "flash"
+            return "blocked" if blocked_fits(x, query_len, padding_mask) else "sdpa"
         return choice
 
-    def attention_bias(self, x, query_len, key_len, padding_mask) -> AttentionBias:
-        kernel = self.choose_kernel(x, padding_mask)
+    def in_kernel_bias(self, x, query_len, padding_mask):
+        kernel = self.choose_kernel(x, query_len, padding_mask)
         if kernel == "sdpa":
-            return super().attention_bias(x, query_len, key_len, padding_mask)
-        return AttentionBias(kernel=InKernelBias(kernel, self.alibi_slopes))
+            return None
+        if kernel == "blocked":  # the diagonal block's mask, the same for every block
+            near_bias = alibi_mask(self.alibi_slopes, BLOCK, BLOCK).to(x.dtype)
+            return BlockedBias(near_bias, 0, far_slopes=self.alibi_slopes)
+        return InKernelBias(kernel, self.alibi_slopes)
 
 
 def check_alibi_args(args):
@@ -123,8 +132,10 @@ class AlibiTransformerLanguageModelConfig(TransformerLanguageModelConfig):
     alibi_attention: ChoiceEnum(KERNELS) = field(
         default="auto",
         metadata={"help": "attention kernel: sdpa (PyTorch, dense ALiBi mask), flash "
-                  "(FlashAttention-2 >= 2.4, GPU, fp16/bf16), flex (FlexAttention), auto (flash "
-                  "where it can run, else sdpa); at evaluation set it with --model-overrides"},
+                  "(FlashAttention-2 >= 2.4, GPU, fp16/bf16), flex (FlexAttention), blocked (CPU "
+                  "evaluation without a T x S mask), auto (flash where it can run, else blocked "
+                  "for CPU evaluation longer than 256 tokens, else sdpa); at evaluation set it "
+                  "with --model-overrides"},
     )
     alibi_scaling: ChoiceEnum(list(SCALINGS)) = field(
         default="none",

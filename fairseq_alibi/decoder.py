@@ -7,7 +7,7 @@ an additive mask (ALiBi, T5 bias; causal -inf folded in), the rotation of querie
 batch size and evaluation length work, and incremental decoding gets each new query's row.
 """
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -26,11 +26,14 @@ from fairseq.modules import AdaptiveInput, MultiheadAttention
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
-from .kernels import InKernelBias
+from .kernels import BlockedBias, InKernelBias
 from .rotary import apply_rotary
 
 # No position table, so nothing limits the length; fairseq takes the min over limits.
 UNBOUNDED_POSITIONS = 2**31 - 1
+# Queries per block of the blocked kernel (kernels.blocked_attention); also the shortest forward
+# that uses it: below it, the dense mask is at most heads x BLOCK x S.
+BLOCK = 256
 
 
 class ConfigError(SystemExit):
@@ -70,8 +73,8 @@ class AttentionBias:
     mask: Optional[Tensor] = None
     # cos, sin (T, head_dim / 2) of the T new positions: rotates new queries and keys (rotary).
     rotary: Optional[Tuple[Tensor, Tensor]] = None
-    # A kernel that adds the bias itself; then mask is None.
-    kernel: Optional[InKernelBias] = None
+    # A kernel that adds the bias itself (InKernelBias, BlockedBias); then mask is None.
+    kernel: Optional[Union[InKernelBias, BlockedBias]] = None
 
 
 def causal_mask(query_len: int, key_len: int, dtype, device) -> Tensor:
@@ -86,6 +89,12 @@ def fold_padding(mask: Tensor, padding_mask: Tensor) -> Tensor:
     diagonal = torch.eye(key_len, dtype=torch.bool, device=mask.device)[-query_len:]
     # A padded query still attends to itself, so that no row is all -inf (NaN).
     return mask.masked_fill(padding_mask[:, None, None, :] & ~diagonal, float("-inf"))
+
+
+def blocked_fits(x: Tensor, query_len: int, padding_mask: Optional[Tensor]) -> bool:
+    """Whether the bias methods evaluate with the blocked CPU kernel: on CPU, without gradients,
+    without padding to mask (fairseq's LM batches have none), longer than a block."""
+    return x.device.type == "cpu" and not torch.is_grad_enabled() and padding_mask is None and query_len > BLOCK
 
 
 def is_right_padding(padding_mask: Tensor) -> bool:
@@ -174,8 +183,16 @@ class RelativePositionDecoder(TransformerDecoder):
             return None
         return causal_mask(query_len, key_len, dtype, device)
 
+    def in_kernel_bias(self, x: Tensor, query_len: int, padding_mask: Optional[Tensor]):
+        """A kernel that adds the method's bias itself (kernels.InKernelBias, kernels.BlockedBias),
+        or None for the mask. Overridden by the bias methods."""
+        return None
+
     def attention_bias(self, x: Tensor, query_len: int, key_len: int, padding_mask: Optional[Tensor]) -> AttentionBias:
         """What every layer adds for these lengths. padding_mask: padding to mask (not only on the right)."""
+        kernel = self.in_kernel_bias(x, query_len, padding_mask)
+        if kernel is not None:
+            return AttentionBias(kernel=kernel)
         mask = self.position_mask(query_len, key_len, x.dtype, x.device)
         if padding_mask is not None:
             if mask is None:

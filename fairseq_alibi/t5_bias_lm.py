@@ -8,7 +8,15 @@ from torch import nn
 from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModelConfig
 
-from .decoder import ConfigError, RelativePositionDecoder, RelativePositionLanguageModel, register_architectures
+from .decoder import (
+    BLOCK,
+    ConfigError,
+    RelativePositionDecoder,
+    RelativePositionLanguageModel,
+    blocked_fits,
+    register_architectures,
+)
+from .kernels import BlockedBias
 from .t5_bias import t5_buckets
 
 
@@ -20,13 +28,26 @@ class T5BiasTransformerDecoder(RelativePositionDecoder):
         self.relative_attention_bias = nn.Embedding(self.num_buckets, args.decoder_attention_heads)
         nn.init.normal_(self.relative_attention_bias.weight, std=args.decoder_embed_dim**-0.5)
 
-    def position_mask(self, query_len, key_len, dtype, device):
-        """(1, heads, T, S): the learned bias of each distance's bucket, -inf on the future."""
-        positions = torch.arange(key_len, device=device)
-        distance = positions[key_len - query_len:, None] - positions[None, :]  # i - j
+    def distance_bias(self, distance, dtype):
+        """(heads, ...): the learned bias of each distance's bucket, -inf where negative (the future)."""
         bias = self.relative_attention_bias(t5_buckets(distance, self.num_buckets, self.max_distance))
-        bias = bias.permute(2, 0, 1).to(dtype)  # (T, S, heads) -> (heads, T, S)
-        return bias.masked_fill(distance < 0, float("-inf"))[None]
+        bias = bias.permute(-1, *range(distance.dim())).to(dtype)  # (..., heads) -> (heads, ...)
+        return bias.masked_fill(distance < 0, float("-inf"))
+
+    def position_mask(self, query_len, key_len, dtype, device):
+        """(1, heads, T, S)."""
+        positions = torch.arange(key_len, device=device)
+        return self.distance_bias(positions[key_len - query_len:, None] - positions[None, :], dtype)[None]
+
+    def in_kernel_bias(self, x, query_len, padding_mask):
+        """The blocked CPU kernel for long evaluation: distances from max_distance on share the
+        last bucket, so beyond that window the bias is one constant per head."""
+        if not blocked_fits(x, query_len, padding_mask):
+            return None
+        window = self.max_distance
+        rows, cols = torch.arange(BLOCK, device=x.device), torch.arange(window + BLOCK, device=x.device)
+        near_bias = self.distance_bias(rows[:, None] + window - cols[None, :], x.dtype)
+        return BlockedBias(near_bias, window, far_bias=self.relative_attention_bias.weight[self.num_buckets - 1])
 
 
 @dataclass

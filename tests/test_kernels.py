@@ -4,8 +4,9 @@ import torch
 
 from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits
-from fairseq_alibi.decoder import ConfigError
-from fairseq_alibi.kernels import flash_available
+from fairseq_alibi.alibi import alibi_mask, alibi_slopes, scale_slopes
+from fairseq_alibi.decoder import BLOCK, ConfigError
+from fairseq_alibi.kernels import blocked_attention, flash_available
 
 
 def twins(kernel, dtype=torch.float32, device="cpu"):
@@ -26,7 +27,7 @@ def test_auto_uses_the_reference_path_without_flash_attention():
     model, _ = build_model(extra=TINY)
     x = torch.zeros(1, 1)
     expected = "flash" if flash_available(x) is None else "sdpa"
-    assert model.decoder.choose_kernel(x, None) == expected
+    assert model.decoder.choose_kernel(x, 16, None) == expected
 
 
 def test_forcing_flash_where_it_cannot_run_is_a_one_line_error():
@@ -70,3 +71,88 @@ def test_flash_path_passes_fa2_its_layout_and_slopes(monkeypatch):
     monkeypatch.setattr(alibi_lm, "flash_available", lambda x: None)
     reference, flash, d = twins("flash")
     assert_same_logits(flash, reference, random_tokens(len(d), 2, 20))
+
+
+def dense_alibi_attention(q, k, v, slopes):
+    """softmax(q k^T / sqrt(d) - m (i - j), future -inf) v, written out in the inputs' dtype."""
+    scores = q @ k.transpose(-1, -2) / q.size(-1) ** 0.5 + alibi_mask(slopes, q.size(2), k.size(2)).to(q.dtype)
+    return scores.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("heads", [8, 12])
+@pytest.mark.parametrize("query_len,key_len,block", [(1000, 1000, 256), (777, 777, 100), (300, 1037, 64),
+                                                     (5, 700, 256), (256, 256, 256), (257, 300, 256)])
+@pytest.mark.parametrize("magnitude", [1.0, 6.0])
+def test_blocked_alibi_attention_equals_dense_attention(heads, query_len, key_len, block, magnitude):
+    """Lengths that are and are not multiples of the block, queries bottom-right aligned (a cache),
+    the paper's slopes and NTK-scaled ones, logits that vary little or a lot (the keys each head
+    skips depend on it): as exact in fp32 as the dense fp32 mask, against fp64."""
+    torch.manual_seed(heads + query_len)
+    q, k, v = (torch.randn(2, heads, n, 16) for n in (query_len, key_len, key_len))
+    q = q * magnitude
+    for slopes in (torch.tensor(alibi_slopes(heads)), scale_slopes(torch.tensor(alibi_slopes(heads)), "ntk", 4.0)):
+        exact = dense_alibi_attention(q.double(), k.double(), v.double(), slopes.double())
+        dense_error = (dense_alibi_attention(q, k, v, slopes).double() - exact).abs().max()
+        out = blocked_attention(q, k, v, alibi_mask(slopes, block, block), 0, far_slopes=slopes, block=block)
+        assert (out.double() - exact).abs().max() <= 2 * dense_error + 1e-7
+
+
+def test_blocked_alibi_attention_skips_the_keys_steep_heads_silenced(monkeypatch):
+    """At 4096 tokens the steepest head (m = 1/2) reads a window of keys, the flattest all of them."""
+    import fairseq_alibi.kernels as kernels
+
+    calls = []
+    original = kernels.attention_with_lse
+    monkeypatch.setattr(kernels, "attention_with_lse",
+                        lambda q, k, v, mask, scale: calls.append((q.size(1), k.size(2))) or original(q, k, v, mask, scale))
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 8, 4096, 16) for _ in range(3))
+    slopes = torch.tensor(alibi_slopes(8))
+    blocked_attention(q, k, v, alibi_mask(slopes, 256, 256), 0, far_slopes=slopes, block=256)
+    one_head = [keys for heads, keys in calls if heads == 1]
+    assert one_head and min(one_head) < 256  # the steepest head: a window of fewer keys than a block
+    assert max(keys for heads, keys in calls) == 4096 - 256  # the last block's far keys, flat heads
+
+
+@pytest.mark.parametrize("extra,length", [([], 300), ([], 600), (["--decoder-attention-heads", "12",
+                                          "--decoder-embed-dim", "48", "--decoder-input-dim", "48",
+                                          "--decoder-output-dim", "48"], 513),
+                                          (["--alibi-scaling", "linear", "--alibi-scaling-factor", "2"], 300)])
+def test_auto_evaluates_long_inputs_on_cpu_with_the_blocked_kernel(extra, length):
+    """A no-grad CPU forward longer than a block takes the blocked kernel, with sdpa's logits, in a
+    full forward and step by step (the cache path stays on the mask)."""
+    torch.manual_seed(0)
+    reference, d = build_model(extra=[*TINY, *extra, "--alibi-attention", "sdpa"])
+    torch.manual_seed(0)
+    model, _ = build_model(extra=[*TINY, *extra])
+    x = torch.zeros(1, 1)
+    with torch.no_grad():
+        assert model.decoder.choose_kernel(x, BLOCK + 1, None) == "blocked"
+        assert model.decoder.choose_kernel(x, BLOCK, None) == "sdpa"
+    assert model.decoder.choose_kernel(x, BLOCK + 1, None) == "sdpa"  # with gradients: the mask
+    assert_same_logits(model, reference, random_tokens(len(d), 2, length))
+
+
+def test_t5_bias_evaluates_long_inputs_with_the_blocked_kernel():
+    """T5's bias is one constant per head beyond max_distance: the blocked kernel reads a window
+    of max_distance keys from its mask and adds the constant to the rest; logits as the dense mask's."""
+    torch.manual_seed(0)
+    model, d = build_model("t5_bias_transformer_lm", extra=[*TINY, "--t5-max-distance", "64"])
+    tokens = random_tokens(len(d), 2, 700)
+    with torch.no_grad():
+        blocked = model(tokens)[0]
+    with torch.enable_grad():  # the dense mask: gradients flow through it
+        dense = model(tokens)[0].detach()
+    assert model.decoder.in_kernel_bias(torch.zeros(1), 700, None) is None  # (grad enabled here)
+    torch.testing.assert_close(blocked, dense, rtol=1e-4, atol=1e-5)
+
+
+def test_blocked_kernel_refuses_gradients_and_gpus():
+    _, model, d = twins("blocked")
+    model.train()
+    tokens = random_tokens(len(d), 1, BLOCK + 8)
+    with pytest.raises(ValueError, match="for evaluation"):
+        model(tokens)
+    if torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CPU only"):
+            model.cuda()(tokens.cuda())
