@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
-"""ALiBi against its sinusoidal twin and a fork-style ALiBi, in one run, as ratios.
+"""Position methods against the sinusoidal twin, in one run, as ratios.
 
     python benchmarks/bench.py --out benchmarks/cpu.md   # the full CPU table, with provenance
     python benchmarks/bench.py --smoke                   # the smallest configuration (CI)
 
 Each measurement runs in a fresh subprocess, so that its peak memory (max RSS on CPU, max
 allocated on GPU) is its own. Modes, all the same dimensions and the same token batches:
-  sinusoidal  stock fairseq transformer_lm (the baseline every ratio is against)
-  alibi       this plugin (mask heads x T x S, broadcast over the batch, fp32 relative form)
-  fork        the fork's scheme, written here for comparison: key-index bias m*j materialized
-              per sequence (batch*heads x T x S) in the activation dtype
+  sinusoidal   stock fairseq transformer_lm (the baseline every ratio is against)
+  alibi        this plugin, --alibi-attention auto (on CPU: the dense mask heads x T x S,
+               broadcast over the batch, for training; the blocked kernel, no T x S mask, for
+               evaluation longer than 256 tokens)
+  alibi_dense  this plugin with --alibi-attention sdpa: the dense mask everywhere
+  fork         the fork's scheme, written here for comparison: key-index bias m*j materialized
+               per sequence (batch*heads x T x S) in the activation dtype
+  rotary, t5   the paper's other baselines from this plugin (T5 bias: dense mask in training,
+               blocked kernel in long evaluation, as ALiBi)
 Training: forward + backward + Adam step on batches of TOKENS tokens at length L; its speed is
 also measured "paired": all modes in one process, steps interleaved, median step-time ratio
 (the most precise ratio on a noisy machine; peak memory needs the separate processes).
 Evaluation: forward (features and the adaptive softmax's target log-probabilities) at L_valid,
-nonoverlapping, and sliding windows (stride L_valid/2) batched 1 and 16 at a time.
+nonoverlapping, and sliding windows (stride L_valid/2) batched 1 and 8 at a time; "forward" is
+the bare model forward of one sequence of L_valid tokens (no log-probabilities to dilute it).
 """
 import argparse
 import json
@@ -27,7 +33,7 @@ import time
 
 import torch
 
-MODES = ("sinusoidal", "alibi", "fork")
+MODES = ("sinusoidal", "alibi", "alibi_dense", "fork", "rotary", "t5")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
@@ -42,8 +48,12 @@ def build(mode, arch, device, dtype):
     if mode == "sinusoidal":
         flags = SMALL_TWIN_FLAGS.split()[2:] if arch == "small" else []
         name = "transformer_lm" if arch == "small" else "transformer_lm_wiki103"
+    elif mode in ("rotary", "t5"):
+        flags, name = [], f"{'t5_bias' if mode == 't5' else mode}_transformer_lm_{arch}"
     else:
         flags, name = [], f"alibi_transformer_lm_{arch}"
+        if mode in ("alibi_dense", "fork"):
+            flags = ["--alibi-attention", "sdpa"]
     torch.manual_seed(0)
     model, _ = build_model(name, VOCABS[arch], flags)
     if mode == "fork":
@@ -105,7 +115,17 @@ def measure(job):
     dtype = getattr(torch, job["dtype"])
     model = build(job["mode"], job["arch"], device, dtype)
     steps, warmup = job["steps"], 1
-    if job["kind"] == "train":
+    if job["kind"] == "forward":
+        model.eval()
+        data = batches(job["length"], job["length"], steps + warmup, device, VOCABS[job["arch"]])
+        with torch.no_grad():
+            for i, x in enumerate(data):
+                if i == warmup:
+                    sync(device)
+                    start = time.perf_counter()
+                model(x)
+        scored = steps * data[0].numel()
+    elif job["kind"] == "train":
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         data = batches(job["length"], TOKENS, steps + warmup, device, VOCABS[job["arch"]])
@@ -146,12 +166,14 @@ def paired_training(job):
     import statistics
 
     device, dtype = torch.device(job["device"]), getattr(torch, job["dtype"])
-    models = {mode: build(mode, job["arch"], device, dtype).train() for mode in MODES}
+    modes = job["modes"]
+    models = {mode: build(mode, job["arch"], device, dtype).train() for mode in modes}
     optimizers = {mode: torch.optim.Adam(m.parameters(), lr=1e-4) for mode, m in models.items()}
     x = batches(job["length"], TOKENS, 1, device, VOCABS[job["arch"]])[0]
-    times = {mode: [] for mode in MODES}
+    times = {mode: [] for mode in modes}
     for step in range(job["steps"] + 1):
-        for mode in MODES[step % 3:] + MODES[: step % 3]:  # rotate the order too
+        turn = step % len(modes)
+        for mode in modes[turn:] + modes[:turn]:  # rotate the order too
             model = models[mode]
             sync(device)
             start = time.perf_counter()
@@ -177,15 +199,18 @@ def plan(args):
     base = {"arch": args.arch, "device": args.device, "dtype": args.dtype, "steps": args.steps}
     for length in args.lengths:
         for repeat in range(args.repeats):
-            for mode in MODES:
+            for mode in args.modes:
                 jobs.append({**base, "kind": "train", "mode": mode, "length": length, "stride": 0, "rows": 0})
     for length in args.lengths:
         jobs.append({**base, "kind": "paired", "mode": "all", "length": length, "stride": 0, "rows": 0,
-                     "steps": args.paired_steps})
+                     "steps": args.paired_steps, "modes": args.modes})
     for l_valid in args.eval_lengths:
         # long lengths: fewer steps, each is a large batch already
         evals = {**base, "steps": max(1, args.steps * 1024 // max(l_valid, 1024))}
-        for mode in MODES:
+        for mode in args.modes:
+            for repeat in range(max(1, args.repeats)):
+                jobs.append({**evals, "kind": "forward", "mode": mode, "length": l_valid, "stride": 0, "rows": 0})
+        for mode in args.modes:
             jobs.append({**evals, "kind": "eval", "mode": mode, "length": l_valid, "stride": 0, "rows": 0})
             for rows in args.sliding_batches:
                 jobs.append({**evals, "kind": "sliding", "mode": mode, "length": l_valid,
@@ -228,7 +253,8 @@ def markdown(table):
             cells = [f"{r['tokens_per_s']:.0f}", f"{r['peak_mib']:.0f}",
                      f"{r['speed_ratio']:.3f}" if "speed_ratio" in r else "",
                      f"{r['memory_ratio']:.3f}" if "memory_ratio" in r else ""]
-        what = {"train": "training", "eval": "eval, nonoverlapping", "sliding": "eval, sliding"}[r["kind"]]
+        what = {"train": "training", "forward": "bare forward", "eval": "eval, nonoverlapping",
+                "sliding": "eval, sliding"}[r["kind"]]
         lines.append("| " + " | ".join([what, str(r["length"]), str(r["stride"] or ""), str(r["rows"] or ""),
                                          r["mode"], *cells]) + " |")
     return "\n".join(lines) + "\n"
@@ -238,7 +264,7 @@ def paired_markdown(paired, steps):
     lines = [f"Training speed, paired (one process, {steps} interleaved steps per mode, median step time):", "",
              "| L | mode | speed vs sinusoidal |", "|---|---|---|"]
     for r in paired:
-        for mode, ratio in (r.get("paired_speed_ratio") or {m: None for m in MODES}).items():
+        for mode, ratio in (r.get("paired_speed_ratio") or {m: None for m in r["modes"]}).items():
             lines.append(f"| {r['length']} | {mode} | {r.get('error', '') if ratio is None else f'{ratio:.3f}'} |")
     return "\n".join(lines) + "\n"
 
@@ -254,11 +280,13 @@ def main():
     p.add_argument("--job", help=argparse.SUPPRESS)
     p.add_argument("--smoke", action="store_true", help="smallest configuration, printed only (CI)")
     p.add_argument("--arch", default="small", choices=["small", "wiki103"])
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
+                   help="sinusoidal (the baseline) is always measured")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    p.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 1024], help="training lengths L")
+    p.add_argument("--lengths", type=int, nargs="*", default=[128, 512, 1024], help="training lengths L (none: skip)")
     p.add_argument("--eval-lengths", type=int, nargs="*", default=[512, 2048, 8192], help="L_valid (none: skip)")
-    p.add_argument("--sliding-batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--sliding-batches", type=int, nargs="*", default=[1, 8], help="(none: skip)")
     p.add_argument("--steps", type=int, default=8, help="measured steps (after one warm-up)")
     p.add_argument("--repeats", type=int, default=2, help="runs of each training configuration (best kept; 0: skip)")
     p.add_argument("--paired-steps", type=int, default=12, help="interleaved steps per mode, paired run")
@@ -268,9 +296,10 @@ def main():
         job = json.loads(args.job)
         print(json.dumps(paired_training(job) if job["kind"] == "paired" else measure(job)))
         return
-    if args.smoke:
-        args.lengths, args.eval_lengths, args.sliding_batches, args.steps, args.repeats = [64], [128], [2], 1, 1
+    if args.smoke:  # every mode and kind; 320 tokens: the blocked kernels run
+        args.lengths, args.eval_lengths, args.sliding_batches, args.steps, args.repeats = [64], [320], [2], 1, 1
         args.paired_steps = 1
+    args.modes = ["sinusoidal"] + [m for m in args.modes if m != "sinusoidal"]
     results = [run_job(job) for job in plan(args)]
     paired = [r for r in results if r["kind"] == "paired"]
     table = ratios(best_of_repeats([r for r in results if r["kind"] != "paired"]))

@@ -3,7 +3,8 @@
 Pure torch (plus flash-attn where installed), no fairseq import. q, k, v are (batch, heads, T, d),
 queries bottom-right aligned with keys (the last T of S positions), as in alibi.alibi_mask.
 - flash: FlashAttention-2 (>= 2.4, CUDA, fp16/bf16) with `alibi_slopes` (fp32, in registers).
-- flex: PyTorch FlexAttention with the bias as a `score_mod` (compiled on GPU; eager elsewhere,
+- flex: PyTorch FlexAttention with the bias as a `score_mod` and the causal pattern as a block
+  mask, future blocks skipped (compiled on GPU; eager elsewhere,
   which materializes the scores and is meant for testing).
 - blocked: PyTorch's fused CPU kernel on blocks of queries, for long evaluation on CPU; memory
   heads x block x (window + block) for the bias instead of heads x T x S (see blocked_attention).
@@ -71,24 +72,34 @@ class BlockedBias:
 
 
 _compiled_flex = None
+_flex_block_mask = None  # (query length, key length, device), its block mask
 
 
 def flex_alibi_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor) -> Tensor:
+    """The bias in a score_mod; the causal pattern in a block mask, so that the compiled kernel
+    skips the blocks wholly in the future instead of computing and discarding them."""
     global _compiled_flex
-    from torch.nn.attention.flex_attention import flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     offset = k.size(2) - q.size(2)
     slopes = slopes.float()
 
     def alibi_score(score, batch, head, q_idx, kv_idx):
-        distance = q_idx + offset - kv_idx  # i - j
-        return torch.where(distance >= 0, score - slopes[head] * distance, float("-inf"))
+        return score - slopes[head] * (q_idx + offset - kv_idx)  # -m (i - j)
 
+    def causal(batch, head, q_idx, kv_idx):
+        return q_idx + offset >= kv_idx
+
+    global _flex_block_mask
+    key = (q.size(2), k.size(2), q.device)
+    if _flex_block_mask is None or _flex_block_mask[0] != key:  # the same for every layer and step
+        _flex_block_mask = (key, create_block_mask(causal, None, None, q.size(2), k.size(2), device=q.device))
+    block_mask = _flex_block_mask[1]
     if q.is_cuda:
         if _compiled_flex is None:
             _compiled_flex = torch.compile(flex_attention, dynamic=True)
-        return _compiled_flex(q, k, v, score_mod=alibi_score)
-    return flex_attention(q, k, v, score_mod=alibi_score)
+        return _compiled_flex(q, k, v, score_mod=alibi_score, block_mask=block_mask)
+    return flex_attention(q, k, v, score_mod=alibi_score, block_mask=block_mask)
 
 
 def attention_with_lse(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], scale: float):

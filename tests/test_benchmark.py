@@ -15,8 +15,10 @@ def test_benchmark_smoke_measures_every_mode_against_the_baseline():
     rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ")]
     table = [r for r in rows if len(r) == 9 and "tokens/s" not in r[5]]
     paired = [r for r in rows if len(r) == 3 and "mode" not in r[1]]
-    assert len(table) == 9  # (training, eval, sliding) x (sinusoidal, alibi, fork)
-    assert [p[1].strip() for p in paired] == ["sinusoidal", "alibi", "fork"]
+    modes = ["sinusoidal", "alibi", "alibi_dense", "fork", "rotary", "t5"]
+    kinds = ["training", "bare forward", "eval, nonoverlapping", "eval, sliding"]
+    assert sorted((r[0].strip(), r[4].strip()) for r in table) == sorted((k, m) for k in kinds for m in modes)
+    assert [p[1].strip() for p in paired] == modes
     assert all(float(p[2]) > 0 for p in paired) and float(paired[0][2]) == 1.0
     for what, length, stride, windows, mode, tps, mib, speed, memory in (map(str.strip, r) for r in table):
         assert float(tps) > 0 and float(mib) > 0, (what, mode)
