@@ -15,7 +15,6 @@ The dense mask alone is heads x T x T fp32 (2 GiB at T = 8192); blocked's bias i
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -25,7 +24,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from bench import cpu_name  # noqa: E402
+from provenance import emit, header  # noqa: E402
 from fairseq_alibi.alibi import alibi_mask, alibi_slopes  # noqa: E402
 from fairseq_alibi.decoder import BLOCK  # noqa: E402
 from fairseq_alibi.kernels import blocked_attention  # noqa: E402
@@ -68,16 +67,8 @@ def main():
                 diff = "" if name == "causal" else f"{(outputs[name] - outputs['dense']).abs().max().item():.1e}"
                 lines.append(f"| {length} | {name} | {seconds * 1000:.1f} | {times['causal'] / seconds:.2f} | {diff} |")
             print(lines[-3:], flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
-    text = (f"Command: `python benchmarks/attention.py {' '.join(sys.argv[1:])}`; commit `{commit}`; "
-            f"{time.strftime('%Y-%m-%d')}; {cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads; "
-            f"torch {torch.__version__}; batch 1, {args.heads} heads, head dim {args.head_dim}, fp32, "
-            f"median of {args.repeats}.\n\n" + "\n".join(lines) + "\n")
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-
+    emit(header(f"{torch.get_num_threads()} threads; batch 1, {args.heads} heads, head dim {args.head_dim}, "
+                f"fp32, median of {args.repeats}.") + "\n\n" + "\n".join(lines) + "\n", args.out)
 
 if __name__ == "__main__":
     main()

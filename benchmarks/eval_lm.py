@@ -26,7 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from bench import cpu_name  # noqa: E402
+from provenance import emit, header  # noqa: E402
 
 
 def evaluate(checkpoint, data, l_valid, overrides, workdir):
@@ -91,18 +91,7 @@ def main():
         lines.append(f"| {r['l_valid']} | {r['mode']} | {r['perplexity']:.2f} | {r['seconds']:.1f} | "
                      f"{r['tokens_per_s']:.0f} | {r['peak_mib']:.0f} | {r.get('speed_ratio', 0):.3f} | "
                      f"{r.get('memory_ratio', 0):.3f} |")
-    import torch
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
-    text = (f"Command: `python benchmarks/eval_lm.py {' '.join(sys.argv[1:])}`; commit `{commit}`; "
-            f"{time.strftime('%Y-%m-%d')}; {cpu_name()}, {os.cpu_count()} cores; torch {torch.__version__}; "
-            f"fastest of {args.repeats} interleaved runs.\n\n" + "\n".join(lines) + "\n")
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-        with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-            json.dump(rows, f, indent=1)
+    emit(header(f"fastest of {args.repeats} interleaved runs.") + "\n\n" + "\n".join(lines) + "\n", args.out, rows)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ The two models differ only in how positions enter attention, so a gap in any oth
 """
 import argparse
 import os
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -20,6 +19,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
+from provenance import emit, header  # noqa: E402
 
 MODES = ("sinusoidal", "alibi")
 
@@ -61,17 +61,9 @@ def main():
     lines.append(f"| all operators | {total['sinusoidal']:.1f} | {total['alibi']:.1f} | "
                  f"{total['alibi'] - total['sinusoidal']:+.1f} |")
     spread = {m: f"{min(w) * 1000:.0f}-{max(w) * 1000:.0f}" for m, w in wall.items()}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
-    text = (f"Command: `python benchmarks/profile_training.py {' '.join(sys.argv[1:])}`; commit `{commit}`; "
-            f"{time.strftime('%Y-%m-%d')}; {bench.cpu_name()}, {os.cpu_count()} cores; torch {torch.__version__}; "
-            f"small architecture, L={args.length}, {bench.TOKENS} tokens per step, {args.steps} profiled steps per "
-            f"model, interleaved.\n\nStep wall time under the profiler, min-max: sinusoidal {spread['sinusoidal']} ms, "
-            f"alibi {spread['alibi']} ms.\n\n" + "\n".join(lines) + "\n")
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-
+    emit(header(f"small architecture, L={args.length}, {bench.TOKENS} tokens per step, {args.steps} profiled "
+                f"steps per model, interleaved.") + f"\n\nStep wall time under the profiler, min-max: sinusoidal "
+         f"{spread['sinusoidal']} ms, alibi {spread['alibi']} ms.\n\n" + "\n".join(lines) + "\n", args.out)
 
 if __name__ == "__main__":
     main()

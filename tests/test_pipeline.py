@@ -161,6 +161,28 @@ def test_comparison_script_toy_run(wt2_slice, tmp_path):
         assert (tmp_path / "out" / name).stat().st_size > 0
 
 
+def test_trade_preset_toy_run(wt2_slice, tmp_path):
+    """examples/wikitext2/trade.sh end to end at toy size: ALiBi at L=16 against sinusoidal models
+    trained at 16 and 32, each model's training time and peak memory measured beside it."""
+    env = dict(os.environ, DATA=wt2_slice, ALIBI_L="16", SINUSOIDAL_LS="16 32", UPDATES="4",
+               OUT=str(tmp_path / "out"), CHECKPOINTS=str(tmp_path / "checkpoints"),
+               TRAIN_FLAGS=" ".join(["--max-tokens", "1024", *TOY]))
+    printed = run(["examples/wikitext2/trade.sh"], env=env)
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["model"], r["train_length"], r["l_valid"]) for r in rows) == [
+        ("alibi_transformer_lm_small", 16, 16), ("alibi_transformer_lm_small", 16, 32),
+        ("transformer_lm", 16, 16), ("transformer_lm", 32, 32)]
+    for name in ("alibi-L16", "sinusoidal-L16", "sinusoidal-L32"):
+        (call,) = [json.loads(line) for line in (tmp_path / "checkpoints" / name / "resources.jsonl").read_text().splitlines()]
+        assert call["exit"] == 0 and call["seconds"] > 0 and call["peak_mib"] > 100
+    table = [line.split("|")[1:-1] for line in (tmp_path / "out" / "trade.md").read_text().splitlines()[2:]]
+    assert [int(r[0]) for r in table] == [16, 32] and all("not measured" not in "".join(r) for r in table)
+    ppl = {(r["model"], r["l_valid"]): r["perplexity"] for r in rows}
+    assert float(table[1][1]) == round(ppl[("alibi_transformer_lm_small", 32)], 2)
+    assert float(table[1][2]) == round(ppl[("transformer_lm", 32)], 2)
+    assert "table and figure written" in printed and (tmp_path / "out" / "trade.png").stat().st_size > 0
+
+
 def test_presets_go_on_after_a_finished_training_and_show_its_errors(wt2_slice, tmp_path):
     """The presets' train step (common.sh): rerun on a finished run it says so and the script goes
     on (grep finding no progress line once ended it, silently); the log is appended to, not
@@ -172,6 +194,8 @@ def test_presets_go_on_after_a_finished_training_and_show_its_errors(wt2_slice, 
     again = run(["bash", "-c", step], env=env)
     assert "went on" in first and "went on" in again and "already trained (2 updates" in again
     assert (tmp_path / "save" / "train.log").read_text().startswith(log)
+    calls = [json.loads(line) for line in (tmp_path / "save" / "resources.jsonl").read_text().splitlines()]
+    assert [c["exit"] for c in calls] == [0, 0] and calls[0]["seconds"] > calls[1]["seconds"]
     bad = subprocess.run(["bash", "-c", step.replace("--max-update 2", "--fp16")], cwd=REPO, env=env,
                          capture_output=True, text=True)
     assert bad.returncode == 1 and "went on" not in bad.stdout and "--fp16 needs a GPU" in bad.stdout

@@ -21,14 +21,15 @@ if [ -z "$data" ]; then
   data=data-bin/wikitext-2
 fi
 
-train() {  # METHOD SAVE_DIR [fairseq-train flags]: the small preset at L; log appended to SAVE_DIR/train.log
+train() {  # METHOD SAVE_DIR [fairseq-train flags]: the small preset at L; log appended to SAVE_DIR/train.log,
+  # wall time and peak memory of each call to SAVE_DIR/resources.jsonl (scripts/measure.py)
   # (the filter shows progress and errors; train.sh's exit status is the pipeline's, not grep's)
   local method=$1 save=$2
   shift 2
   echo "== training $method at L=$L -> $save"
   mkdir -p "$save"
   # The preset's own flags come last, so that they win over TRAIN_FLAGS.
-  scripts/train.sh "$method" "$L" "$data" "$save" small -- \
+  python3 scripts/measure.py "$save/resources.jsonl" -- scripts/train.sh "$method" "$L" "$data" "$save" small -- \
     --log-interval 50 --no-progress-bar "${train_flags[@]}" "$@" 2>&1 \
     | tee -a "$save/train.log" | { grep --line-buffered -E "train_inner|valid on|done training|nothing to do|error" || true; }
 }
