@@ -134,7 +134,7 @@ class AlibiTransformerLanguageModelConfig(TransformerLanguageModelConfig):
         metadata={"help": "attention kernel: sdpa (PyTorch, dense ALiBi mask), flash "
                   "(FlashAttention-2 >= 2.4, GPU, fp16/bf16), flex (FlexAttention), blocked (CPU "
                   "evaluation without a T x S mask), auto (flash where it can run, else blocked "
-                  "for CPU evaluation longer than 256 tokens, else sdpa); at evaluation set it "
+                  "for CPU evaluation longer than 512 tokens, else sdpa); at evaluation set it "
                   "with --model-overrides"},
     )
     alibi_scaling: ChoiceEnum(list(SCALINGS)) = field(

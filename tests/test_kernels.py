@@ -5,7 +5,7 @@ import torch
 from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits
 from fairseq_alibi.alibi import alibi_mask, alibi_slopes, scale_slopes
-from fairseq_alibi.decoder import BLOCK, ConfigError
+from fairseq_alibi.decoder import BLOCK, BLOCKED_ABOVE, ConfigError
 from fairseq_alibi.kernels import blocked_attention, flash_available
 
 
@@ -114,12 +114,12 @@ def test_blocked_alibi_attention_skips_the_keys_steep_heads_silenced(monkeypatch
     assert max(keys for heads, keys in calls) == 4096 - 256  # the last block's far keys, flat heads
 
 
-@pytest.mark.parametrize("extra,length", [([], 300), ([], 600), (["--decoder-attention-heads", "12",
+@pytest.mark.parametrize("extra,length", [([], 700), (["--decoder-attention-heads", "12",
                                           "--decoder-embed-dim", "48", "--decoder-input-dim", "48",
-                                          "--decoder-output-dim", "48"], 513),
-                                          (["--alibi-scaling", "linear", "--alibi-scaling-factor", "2"], 300)])
+                                          "--decoder-output-dim", "48"], 530),
+                                          (["--alibi-scaling", "linear", "--alibi-scaling-factor", "2"], 530)])
 def test_auto_evaluates_long_inputs_on_cpu_with_the_blocked_kernel(extra, length):
-    """A no-grad CPU forward longer than a block takes the blocked kernel, with sdpa's logits, in a
+    """A no-grad CPU forward longer than 512 tokens takes the blocked kernel, with sdpa's logits, in a
     full forward and step by step (the cache path stays on the mask)."""
     torch.manual_seed(0)
     reference, d = build_model(extra=[*TINY, *extra, "--alibi-attention", "sdpa"])
@@ -127,9 +127,9 @@ def test_auto_evaluates_long_inputs_on_cpu_with_the_blocked_kernel(extra, length
     model, _ = build_model(extra=[*TINY, *extra])
     x = torch.zeros(1, 1)
     with torch.no_grad():
-        assert model.decoder.choose_kernel(x, BLOCK + 1, None) == "blocked"
-        assert model.decoder.choose_kernel(x, BLOCK, None) == "sdpa"
-    assert model.decoder.choose_kernel(x, BLOCK + 1, None) == "sdpa"  # with gradients: the mask
+        assert model.decoder.choose_kernel(x, BLOCKED_ABOVE + 1, None) == "blocked"
+        assert model.decoder.choose_kernel(x, BLOCKED_ABOVE, None) == "sdpa"
+    assert model.decoder.choose_kernel(x, BLOCKED_ABOVE + 1, None) == "sdpa"  # with gradients: the mask
     assert_same_logits(model, reference, random_tokens(len(d), 2, length))
 
 
