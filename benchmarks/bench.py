@@ -296,8 +296,8 @@ def main():
         job = json.loads(args.job)
         print(json.dumps(paired_training(job) if job["kind"] == "paired" else measure(job)))
         return
-    if args.smoke:  # every mode and kind; 320 tokens: the blocked kernels run
-        args.lengths, args.eval_lengths, args.sliding_batches, args.steps, args.repeats = [64], [320], [2], 1, 1
+    if args.smoke:  # every mode, every kind but sliding windows (the same forward); 576 tokens: blocked kernels
+        args.lengths, args.eval_lengths, args.sliding_batches, args.steps, args.repeats = [64], [576], [], 1, 1
         args.paired_steps = 1
     args.modes = ["sinusoidal"] + [m for m in args.modes if m != "sinusoidal"]
     results = [run_job(job) for job in plan(args)]
