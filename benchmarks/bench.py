@@ -25,7 +25,6 @@ the bare model forward of one sequence of L_valid tokens (no log-probabilities t
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -36,6 +35,8 @@ import torch
 MODES = ("sinusoidal", "alibi", "alibi_dense", "fork", "rotary", "t5")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from provenance import emit, header  # noqa: E402
 
 VOCABS = {"small": 33276, "wiki103": 267735}  # WikiText-2's and WikiText-103's dictionaries
 TOKENS = 4096  # tokens per training batch (--max-tokens of the CPU recipe)
@@ -269,12 +270,6 @@ def paired_markdown(paired, steps):
     return "\n".join(lines) + "\n"
 
 
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    return names[0] if names else platform.machine()
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--job", help=argparse.SUPPRESS)
@@ -303,18 +298,9 @@ def main():
     results = [run_job(job) for job in plan(args)]
     paired = [r for r in results if r["kind"] == "paired"]
     table = ratios(best_of_repeats([r for r in results if r["kind"] != "paired"]))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
-    device = torch.cuda.get_device_name() if args.device == "cuda" else f"{cpu_name()}, {os.cpu_count()} cores"
-    text = (f"Command: `python benchmarks/bench.py {' '.join(sys.argv[1:])}`; commit `{commit}`; "
-            f"{time.strftime('%Y-%m-%d')}; {device}; torch {torch.__version__}; arch {args.arch}, "
-            f"{args.dtype}; best of {args.repeats} interleaved runs of {args.steps} steps for training.\n\n"
-            + markdown(table) + "\n" + paired_markdown(paired, args.paired_steps))
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-        with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-            json.dump(table + paired, f, indent=1)
+    text = (header(f"arch {args.arch}, {args.dtype}; best of {args.repeats} interleaved runs of {args.steps} steps "
+                   "for training.", args.device) + "\n\n" + markdown(table) + "\n" + paired_markdown(paired, args.paired_steps))
+    emit(text, args.out, table + paired)
 
 
 if __name__ == "__main__":
