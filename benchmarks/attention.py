@@ -10,10 +10,10 @@ inputs, no gradients; median of --repeats calls after one warm-up, all in this p
   twin      SDPA with a (T, T) causal mask shared by the heads: what stock fairseq's attention
             (the sinusoidal twin's) hands PyTorch
   dense     SDPA with the dense (1, heads, T, T) ALiBi mask (--alibi-attention sdpa)
-  blocked   kernels.blocked_attention (--alibi-attention auto, evaluation on CPU)
+  blocked   kernels.BlockedAlibiAttention (--alibi-attention blocked; auto on CPU above 512 tokens)
 Training (--train-lengths): forward and backward of one call on 4096 tokens (4096 / T sequences),
-paths causal, twin, dense (what ALiBi trains with) and rank-one (the bias as one extra query/key
-dimension under is_causal: no mask, but inexact; measured, not used).
+paths causal, twin, dense, blocked (with its backward) and rank-one (the bias as one extra
+query/key dimension under is_causal: no mask, but inexact; measured, not used).
 Speed ratios are against `causal`; the last column checks that blocked computes what dense does.
 The dense mask alone is heads x T x T fp32 (2 GiB at T = 8192); blocked's bias is heads x 256 x 256.
 """
@@ -32,10 +32,10 @@ sys.path.insert(0, HERE)
 from provenance import emit, header  # noqa: E402
 from fairseq_alibi.alibi import alibi_mask, alibi_slopes  # noqa: E402
 from fairseq_alibi.decoder import BLOCK  # noqa: E402
-from fairseq_alibi.kernels import blocked_attention  # noqa: E402
+from fairseq_alibi.kernels import BlockedAlibiAttention  # noqa: E402
 
 
-def paths(slopes, length, blocked=True):
+def paths(slopes, length, evaluation=True):
     """Each path as a call on (q, k, v) of `length` positions; masks built once, outside the timing,
     as the models cache theirs."""
     twin = torch.zeros(length, length).masked_fill(torch.ones(length, length, dtype=torch.bool).triu(1), float("-inf"))
@@ -46,9 +46,8 @@ def paths(slopes, length, blocked=True):
         "twin": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=twin),
         "dense": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=dense),
     }
-    if blocked:
-        calls["blocked"] = lambda q, k, v: blocked_attention(q, k, v, near, 0, far_slopes=slopes, block=BLOCK)
-    else:  # training: the issue's rank-one lead, m (j - T/2) in one extra dimension, no mask
+    calls["blocked"] = lambda q, k, v: BlockedAlibiAttention.apply(q, k, v, near, slopes, BLOCK)
+    if not evaluation:  # the issue's rank-one lead, m (j - T/2) in one extra dimension, no mask
         calls["rank-one"] = lambda q, k, v: rank_one_attention(q, k, v, slopes)
     return calls
 
@@ -106,7 +105,7 @@ def main():
     for length in args.train_lengths:
         q, k, v = (torch.randn(4096 // length, args.heads, length, args.head_dim, requires_grad=True) for _ in range(3))
         times = {name: median_seconds(lambda: attend(q, k, v).sum().backward(), args.repeats)
-                 for name, attend in paths(slopes, length, blocked=False).items()}
+                 for name, attend in paths(slopes, length, evaluation=False).items()}
         for name, seconds in times.items():
             lines.append(f"| {length} | {name} | {seconds * 1000:.1f} | {times['causal'] / seconds:.2f} | "
                          f"{times['twin'] / seconds:.2f} |")

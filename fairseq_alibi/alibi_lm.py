@@ -36,6 +36,7 @@ class AlibiTransformerDecoder(RelativePositionDecoder):
         self.scaling = getattr(args, "alibi_scaling", "none")
         self.scaling_factor = float(getattr(args, "alibi_scaling_factor", 1.0))
         self.train_length = getattr(args, "alibi_train_length", None)
+        self.attention_dropout = getattr(args, "attention_dropout", 0.0)
         slopes = torch.tensor(alibi_slopes(args.decoder_attention_heads), dtype=torch.float32)
         if self.scaling in ("linear", "ntk"):  # static: the same slopes for every query
             slopes = scale_slopes(slopes, self.scaling, self.scaling_factor)
@@ -76,10 +77,10 @@ class AlibiTransformerDecoder(RelativePositionDecoder):
         return self._square_mask[1][..., :length, :length]
 
     def choose_kernel(self, x: Tensor, query_len: int, padding_mask: Optional[Tensor]) -> str:
-        """--alibi-attention: sdpa (dense mask), flash or flex (bias in the kernel), blocked (CPU
-        evaluation in query blocks, no T x S mask), or auto: flash where it can run, else blocked
-        where it fits (decoder.blocked_fits), else sdpa. Padding to fold in, and dynamic scaling (a
-        slope per query), need the dense mask."""
+        """--alibi-attention: sdpa (dense mask), flash or flex (bias in the kernel), blocked (CPU,
+        query blocks, no T x S mask), or auto: flash where it can run, else blocked where it fits
+        (decoder.blocked_fits; not while training with attention dropout, which it lacks), else
+        sdpa. Padding to fold in, and dynamic scaling (a slope per query), need the dense mask."""
         choice = self.attention_kernel
         if choice == "sdpa" or padding_mask is not None or self.scaling == "dynamic_ntk":
             return "sdpa"
@@ -91,7 +92,8 @@ class AlibiTransformerDecoder(RelativePositionDecoder):
         if choice == "auto":
             if not why_not:
                 return "flash"
-            return "blocked" if blocked_fits(x, query_len, padding_mask) else "sdpa"
+            dropout = self.training and self.attention_dropout > 0  # the blocked kernel has none
+            return "blocked" if blocked_fits(x, query_len, padding_mask) and not dropout else "sdpa"
         return choice
 
     def in_kernel_bias(self, x, query_len, padding_mask):
@@ -132,9 +134,9 @@ class AlibiTransformerLanguageModelConfig(TransformerLanguageModelConfig):
     alibi_attention: ChoiceEnum(KERNELS) = field(
         default="auto",
         metadata={"help": "attention kernel: sdpa (PyTorch, dense ALiBi mask), flash "
-                  "(FlashAttention-2 >= 2.4, GPU, fp16/bf16), flex (FlexAttention), blocked (CPU "
-                  "evaluation without a T x S mask), auto (flash where it can run, else blocked "
-                  "for CPU evaluation longer than 512 tokens, else sdpa); at evaluation set it "
+                  "(FlashAttention-2 >= 2.4, GPU, fp16/bf16), flex (FlexAttention), blocked (CPU, "
+                  "no T x S mask), auto (flash where it can run, else blocked on CPU for inputs "
+                  "longer than 512 tokens, else sdpa); at evaluation set it "
                   "with --model-overrides"},
     )
     alibi_scaling: ChoiceEnum(list(SCALINGS)) = field(

@@ -33,7 +33,8 @@ from .rotary import apply_rotary
 UNBOUNDED_POSITIONS = 2**31 - 1
 # Queries per block of the blocked kernel (kernels.blocked_attention), and the longest forward
 # that `auto` leaves to the dense mask: up to 512 tokens the dense mask is faster on CPU
-# (benchmarks/attention-cpu.md: 1.6 against 2.4 ms at 512; 6.6 against 5.3 ms at 1024).
+# (benchmarks/attention-cpu.md: evaluation 1.6 against 2.4 ms at 512, 6.6 against 5.3 ms at
+# 1024; training 50 against 54 ms at 512, 96 against 76 ms at 1024).
 BLOCK = 256
 BLOCKED_ABOVE = 512
 
@@ -94,10 +95,10 @@ def fold_padding(mask: Tensor, padding_mask: Tensor) -> Tensor:
 
 
 def blocked_fits(x: Tensor, query_len: int, padding_mask: Optional[Tensor]) -> bool:
-    """Whether the bias methods evaluate with the blocked CPU kernel: on CPU, without gradients,
-    without padding to mask (fairseq's LM batches have none), longer than BLOCKED_ABOVE."""
-    return (x.device.type == "cpu" and not torch.is_grad_enabled() and padding_mask is None
-            and query_len > BLOCKED_ABOVE)
+    """Whether the blocked CPU kernel can take this forward: on CPU, without padding to mask
+    (fairseq's LM batches have none), longer than BLOCKED_ABOVE (the methods add their own
+    conditions: gradients, attention dropout)."""
+    return x.device.type == "cpu" and padding_mask is None and query_len > BLOCKED_ABOVE
 
 
 def is_right_padding(padding_mask: Tensor) -> bool:

@@ -6,8 +6,9 @@ queries bottom-right aligned with keys (the last T of S positions), as in alibi.
 - flex: PyTorch FlexAttention with the bias as a `score_mod` and the causal pattern as a block
   mask, future blocks skipped (compiled on GPU; eager elsewhere,
   which materializes the scores and is meant for testing).
-- blocked: PyTorch's fused CPU kernel on blocks of queries, for long evaluation on CPU; memory
-  heads x block x (window + block) for the bias instead of heads x T x S (see blocked_attention).
+- blocked: PyTorch's fused CPU kernel on blocks of queries, for long inputs on CPU; memory
+  heads x block x (window + block) for the bias instead of heads x T x S (see blocked_attention;
+  with gradients for ALiBi, BlockedAlibiAttention).
 """
 import math
 from typing import Optional
@@ -53,8 +54,9 @@ class InKernelBias:
 
 
 class BlockedBias:
-    """Passed to the layers in place of a mask: the bias for blocked_attention (long evaluation on
-    CPU). Evaluation only: no gradient flows through the log-sum-exps that merge the blocks."""
+    """Passed to the layers in place of a mask: the bias for blocked_attention (CPU). ALiBi's
+    (far_slopes, window 0) has gradients (BlockedAlibiAttention); T5's is for evaluation only (its
+    learned bias gets no gradient through it)."""
 
     kernel = "blocked"
 
@@ -64,9 +66,13 @@ class BlockedBias:
         self.far_slopes, self.far_bias = far_slopes, far_bias
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
+        if dropout_p > 0:
+            raise ValueError("the blocked attention kernel has no attention dropout: use "
+                             "--alibi-attention auto or sdpa to train with it")
+        if self.far_slopes is not None and self.window == 0:
+            return BlockedAlibiAttention.apply(q, k, v, self.near_bias, self.far_slopes, self.near_bias.size(1))
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-            raise ValueError("the blocked attention kernel is for evaluation (no gradients): "
-                             "use --alibi-attention auto or sdpa to train")
+            raise ValueError("this blocked attention kernel is for evaluation (no gradients)")
         return blocked_attention(q, k, v, self.near_bias, self.window, self.far_slopes, self.far_bias,
                                  block=self.near_bias.size(1))
 
@@ -111,7 +117,7 @@ def attention_with_lse(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], 
 
 def blocked_attention(q: Tensor, k: Tensor, v: Tensor, near_bias: Tensor, window: int,
                       far_slopes: Optional[Tensor] = None, far_bias: Optional[Tensor] = None,
-                      block: int = 256) -> Tensor:
+                      block: int = 256, return_lse: bool = False):
     """Causal attention with a relative position bias b_h(i - j), exact, without a T x S mask.
 
     Queries go in blocks of `block`. For the block starting at position c, its keys split in two:
@@ -132,20 +138,17 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, near_bias: Tensor, window
     the row, far below fp32 rounding (the dense kernel computes exp(...) = 0 or denormals there).
     Steep heads then read a window of keys, not the whole past.
     q (batch, heads, T, d) are the last T of the S positions of k, v (batch, heads, S, d).
+    No gradient flows through here (see BlockedAlibiAttention); return_lse also returns each
+    row's log-sum-exp over all its keys, (batch, heads, T).
     """
     batch, heads, query_len, dim = q.shape
     key_len = k.size(2)
     offset = key_len - query_len
     scale = dim ** -0.5
     out = torch.empty_like(q)
-    if far_slopes is not None:  # keys and values with the extra dimension (its key rewritten per block)
-        k_far = torch.cat([k, k.new_zeros(batch, heads, key_len, 1)], dim=-1)
-        v_far = torch.cat([v, v.new_zeros(batch, heads, key_len, 1)], dim=-1)
-        slope_column = (far_slopes.float() / scale).to(q.dtype).view(1, heads, 1, 1)
-        positions = torch.arange(key_len, device=q.device, dtype=torch.float32)
-        spread = 2 * scale * q.float().norm(dim=-1).amax(dim=(0, 2)) * k.float().norm(dim=-1).amax(dim=(0, 2))
-        reach = [math.inf if m <= 0 else math.ceil((s + math.log(key_len) + 30) / m)
-                 for s, m in zip(spread.tolist(), far_slopes.float().tolist())]
+    lse_all = q.new_empty(batch, heads, query_len, dtype=torch.float32)
+    if far_slopes is not None:
+        k_far, v_far, slope_column, positions, reach = alibi_far_inputs(q, k, v, far_slopes, scale)
     for start in range(0, query_len, block):
         n = min(block, query_len - start)
         c = offset + start  # position of the block's first query
@@ -155,36 +158,94 @@ def blocked_attention(q: Tensor, k: Tensor, v: Tensor, near_bias: Tensor, window
         o, lse = attention_with_lse(queries, k[:, :, near_from:c + n], v[:, :, near_from:c + n], mask, scale)
         if near_from > 0:
             if far_slopes is not None:
-                o_far, lse_far = alibi_far_attention(queries, k_far, v_far, slope_column, positions, reach,
-                                                     c, near_from, scale)
+                k_far[..., :near_from, dim] = (positions[:near_from] - near_from).to(k.dtype)
+                q_far = torch.cat([queries, slope_column.expand(batch, heads, n, 1)], dim=-1)
+                o_far = queries.new_zeros(batch, heads, n, dim + 1)
+                lse_far = queries.new_full((batch, heads, n), float("-inf"), dtype=torch.float32)
+                for index, first in far_groups(reach, c, near_from):
+                    o_far[:, index], lse_far[:, index] = attention_with_lse(
+                        q_far[:, index], k_far[:, index, first:near_from], v_far[:, index, first:near_from], None, scale)
+                o_far = o_far[..., :dim]
                 lse_far = lse_far - far_slopes.float()[:, None] * (positions[c:c + n] - near_from)[None, :]
             else:
                 o_far, lse_far = attention_with_lse(queries, k[:, :, :near_from], v[:, :, :near_from], None, scale)
                 lse_far = lse_far + far_bias.float()[:, None]
             top = torch.maximum(lse, lse_far)
-            w_near, w_far = (lse - top).exp()[..., None], (lse_far - top).exp()[..., None]
-            o = (o * w_near + o_far * w_far) / (w_near + w_far)
+            w_near, w_far = (lse - top).exp(), (lse_far - top).exp()
+            o = (o * w_near[..., None] + o_far * w_far[..., None]) / (w_near + w_far)[..., None]
+            lse = top + (w_near + w_far).log()
         out[:, :, start:start + n] = o
-    return out
+        lse_all[:, :, start:start + n] = lse
+    return (out, lse_all) if return_lse else out
 
 
-def alibi_far_attention(queries, k_far, v_far, slope_column, positions, reach, c, r, scale):
-    """The far part of blocked_attention for ALiBi: keys [c - reach_h, r) of each head h, the bias
-    m (j - r) in the extra dimension; returns the output (without that dimension) and the
-    log-sum-exp, -inf for a head with no key in reach."""
-    batch, heads, n, dim = queries.shape
-    k_far[..., :r, dim] = (positions[:r] - r).to(k_far.dtype)
-    q_far = torch.cat([queries, slope_column.expand(batch, heads, n, 1)], dim=-1)
+def alibi_far_inputs(q, k, v, slopes, scale):
+    """Keys and values with the extra dimension (its key column is rewritten per block), the
+    queries' extra entry m / scale, key positions, and each head's reach in positions."""
+    batch, heads, key_len, _ = k.shape
+    k_far = torch.cat([k, k.new_zeros(batch, heads, key_len, 1)], dim=-1)
+    v_far = torch.cat([v, v.new_zeros(batch, heads, key_len, 1)], dim=-1)
+    slope_column = (slopes.float() / scale).to(q.dtype).view(1, heads, 1, 1)
+    positions = torch.arange(key_len, device=q.device, dtype=torch.float32)
+    spread = 2 * scale * q.float().norm(dim=-1).amax(dim=(0, 2)) * k.float().norm(dim=-1).amax(dim=(0, 2))
+    reach = [math.inf if m <= 0 else math.ceil((s + math.log(key_len) + 30) / m)
+             for s, m in zip(spread.tolist(), slopes.float().tolist())]
+    return k_far, v_far, slope_column, positions, reach
+
+
+def far_groups(reach, c, r):
+    """(head index, first key) of the far part, keys [first, r), for the block at c: the heads
+    that reach back to key 0 in one call, each other head alone; heads with no key in reach none."""
     starts = [max(0, c - h_reach) for h_reach in reach]
-    whole = [h for h, s in enumerate(starts) if s == 0]  # heads that read all of it: one call
-    if len(whole) == heads:
-        o_far, lse_far = attention_with_lse(q_far, k_far[:, :, :r], v_far[:, :, :r], None, scale)
-        return o_far[..., :dim], lse_far
-    o_far = queries.new_zeros(batch, heads, n, dim + 1)
-    lse_far = queries.new_full((batch, heads, n), float("-inf"), dtype=torch.float32)
-    groups = ([whole] if whole else []) + [[h] for h, s in enumerate(starts) if 0 < s < r]
-    for group in groups:
-        s, idx = starts[group[0]], slice(group[0], group[-1] + 1) if len(group) == 1 else group
-        o_g, lse_g = attention_with_lse(q_far[:, idx], k_far[:, idx, s:r], v_far[:, idx, s:r], None, scale)
-        o_far[:, idx], lse_far[:, idx] = o_g, lse_g
-    return o_far[..., :dim], lse_far
+    whole = [h for h, first in enumerate(starts) if first == 0]
+    if len(whole) == len(starts):
+        return [(slice(None), 0)]
+    return ([(whole, 0)] if whole else []) + [(slice(h, h + 1), first) for h, first in enumerate(starts) if 0 < first < r]
+
+
+class BlockedAlibiAttention(torch.autograd.Function):
+    """blocked_attention for ALiBi, with gradients: the backward runs the fused CPU kernel's own
+    backward on each part of each block, given the merged output and log-sum-exp (those of one
+    softmax over all keys), so that the parts' gradients add up to the whole one's."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, near_bias, slopes, block):
+        out, lse = blocked_attention(q, k, v, near_bias, 0, far_slopes=slopes, block=block, return_lse=True)
+        ctx.save_for_backward(q, k, v, out, lse, near_bias, slopes)
+        ctx.block = block
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse, near_bias, slopes = ctx.saved_tensors
+        backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+        batch, heads, query_len, dim = q.shape
+        offset = k.size(2) - query_len
+        scale = dim ** -0.5
+        grad_out = grad_out.contiguous()
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        k_far, v_far, slope_column, positions, reach = alibi_far_inputs(q, k, v, slopes, scale)
+        for start in range(0, query_len, ctx.block):
+            n = min(ctx.block, query_len - start)
+            c = offset + start
+            rows = slice(start, start + n)
+            g, o, lse_rows, queries = grad_out[:, :, rows], out[:, :, rows], lse[:, :, rows], q[:, :, rows]
+            gq, gk, gv = backward(g, queries, k[:, :, c:c + n], v[:, :, c:c + n], o, lse_rows, 0.0, False,
+                                  attn_mask=near_bias[:, :n, :n][None], scale=scale)
+            dq[:, :, rows] += gq
+            dk[:, :, c:c + n] += gk
+            dv[:, :, c:c + n] += gv
+            if c == 0:
+                continue
+            k_far[..., :c, dim] = (positions[:c] - c).to(k.dtype)
+            extra = q.new_zeros(batch, heads, n, 1)
+            q_far = torch.cat([queries, slope_column.expand(batch, heads, n, 1)], dim=-1)
+            g_far, o_far = torch.cat([g, extra], dim=-1), torch.cat([o, extra], dim=-1)
+            lse_far = lse_rows + slopes.float()[:, None] * (positions[c:c + n] - c)[None, :]  # the far part's frame
+            for index, first in far_groups(reach, c, c):
+                gq, gk, gv = backward(g_far[:, index], q_far[:, index], k_far[:, index, first:c], v_far[:, index, first:c],
+                                      o_far[:, index], lse_far[:, index].contiguous(), 0.0, False, scale=scale)
+                dq[:, index, rows] += gq[..., :dim]
+                dk[:, index, first:c] += gk[..., :dim]
+                dv[:, index, first:c] += gv[..., :dim]
+        return dq, dk, dv, None, None, None

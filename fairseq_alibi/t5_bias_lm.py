@@ -40,10 +40,10 @@ class T5BiasTransformerDecoder(RelativePositionDecoder):
         return self.distance_bias(positions[key_len - query_len:, None] - positions[None, :], dtype)[None]
 
     def in_kernel_bias(self, x, query_len, padding_mask):
-        """The blocked CPU kernel for long evaluation: distances from max_distance on share the
+        """The blocked CPU kernel for long evaluation (not training): distances from max_distance on share the
         last bucket, so beyond that window the bias is one constant per head."""
-        if not blocked_fits(x, query_len, padding_mask):
-            return None
+        if torch.is_grad_enabled() or not blocked_fits(x, query_len, padding_mask):
+            return None  # the learned bias needs the mask's gradient
         window = self.max_distance
         rows, cols = torch.arange(BLOCK, device=x.device), torch.arange(window + BLOCK, device=x.device)
         near_bias = self.distance_bias(rows[:, None] + window - cols[None, :], x.dtype)

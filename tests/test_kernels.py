@@ -6,7 +6,7 @@ from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits
 from fairseq_alibi.alibi import alibi_mask, alibi_slopes, scale_slopes
 from fairseq_alibi.decoder import BLOCK, BLOCKED_ABOVE, ConfigError
-from fairseq_alibi.kernels import blocked_attention, flash_available
+from fairseq_alibi.kernels import BlockedAlibiAttention, blocked_attention, flash_available
 
 
 def twins(kernel, dtype=torch.float32, device="cpu"):
@@ -119,18 +119,59 @@ def test_blocked_alibi_attention_skips_the_keys_steep_heads_silenced(monkeypatch
                                           "--decoder-output-dim", "48"], 530),
                                           (["--alibi-scaling", "linear", "--alibi-scaling-factor", "2"], 530)])
 def test_auto_evaluates_long_inputs_on_cpu_with_the_blocked_kernel(extra, length):
-    """A no-grad CPU forward longer than 512 tokens takes the blocked kernel, with sdpa's logits, in a
+    """A CPU forward longer than 512 tokens takes the blocked kernel, with sdpa's logits, in a
     full forward and step by step (the cache path stays on the mask)."""
     torch.manual_seed(0)
     reference, d = build_model(extra=[*TINY, *extra, "--alibi-attention", "sdpa"])
     torch.manual_seed(0)
     model, _ = build_model(extra=[*TINY, *extra])
     x = torch.zeros(1, 1)
-    with torch.no_grad():
-        assert model.decoder.choose_kernel(x, BLOCKED_ABOVE + 1, None) == "blocked"
-        assert model.decoder.choose_kernel(x, BLOCKED_ABOVE, None) == "sdpa"
-    assert model.decoder.choose_kernel(x, BLOCKED_ABOVE + 1, None) == "sdpa"  # with gradients: the mask
+    assert model.decoder.choose_kernel(x, BLOCKED_ABOVE + 1, None) == "blocked"
+    assert model.decoder.choose_kernel(x, BLOCKED_ABOVE, None) == "sdpa"
     assert_same_logits(model, reference, random_tokens(len(d), 2, length))
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 6.0])
+@pytest.mark.parametrize("query_len,key_len,block", [(700, 700, 256), (300, 650, 64), (600, 600, 100)])
+def test_blocked_alibi_gradients_equal_dense_gradients(query_len, key_len, block, magnitude):
+    """The backward (the fused kernel's, per part of each block, with the merged log-sum-exp)
+    gives the dense path's gradients for q, k and v, as exact in fp32 as dense, against fp64."""
+    torch.manual_seed(query_len + block)
+    q, k, v = (torch.randn(2, 8, n, 16) for n in (query_len, key_len, key_len))
+    q, grad = q * magnitude, torch.randn(2, 8, query_len, 16)
+    slopes = torch.tensor(alibi_slopes(8))
+    exact = [t.double().requires_grad_() for t in (q, k, v)]
+    dense_alibi_attention(*exact, slopes.double()).backward(grad.double())
+    dense = [t.clone().requires_grad_() for t in (q, k, v)]
+    dense_alibi_attention(*dense, slopes).backward(grad)
+    blocked = [t.clone().requires_grad_() for t in (q, k, v)]
+    BlockedAlibiAttention.apply(*blocked, alibi_mask(slopes, block, block), slopes, block).backward(grad)
+    for b, d, e in zip(blocked, dense, exact):
+        assert (b.grad.double() - e.grad).abs().max() <= 2 * (d.grad.double() - e.grad).abs().max() + 1e-6
+
+
+def test_training_takes_the_blocked_kernel_unless_it_needs_attention_dropout():
+    """Training on CPU at L > 512: the blocked kernel, with sdpa's loss gradients for every weight;
+    with attention dropout (which it lacks), the mask."""
+    torch.manual_seed(0)
+    reference, d = build_model(extra=[*TINY, "--alibi-attention", "sdpa"])
+    torch.manual_seed(0)
+    model, _ = build_model(extra=TINY)
+    tokens = random_tokens(len(d), 2, 600)
+    grads = []
+    for m in (reference, model):
+        m.train()
+        m.decoder.dropout_module.p = 0.0
+        for layer in m.decoder.layers:
+            layer.dropout_module.p = layer.activation_dropout_module.p = 0.0
+        m(tokens)[0].float().pow(2).mean().backward()
+        grads.append({n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None})
+    assert model.decoder.choose_kernel(torch.zeros(1), 600, None) == "blocked"
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-6, msg=name)
+    model.decoder.attention_dropout = 0.1
+    assert model.decoder.choose_kernel(torch.zeros(1), 600, None) == "sdpa"
 
 
 def test_t5_bias_evaluates_long_inputs_with_the_blocked_kernel():
@@ -147,12 +188,12 @@ def test_t5_bias_evaluates_long_inputs_with_the_blocked_kernel():
     torch.testing.assert_close(blocked, dense, rtol=1e-4, atol=1e-5)
 
 
-def test_blocked_kernel_refuses_gradients_and_gpus():
-    _, model, d = twins("blocked")
+def test_blocked_kernel_refuses_attention_dropout_and_gpus():
+    torch.manual_seed(0)
+    model, d = build_model(extra=[*TINY, "--alibi-attention", "blocked", "--attention-dropout", "0.1"])
     model.train()
-    tokens = random_tokens(len(d), 1, BLOCK + 8)
-    with pytest.raises(ValueError, match="for evaluation"):
-        model(tokens)
+    with pytest.raises(ValueError, match="no attention dropout"):
+        model(random_tokens(len(d), 1, BLOCK + 8))
     if torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CPU only"):
-            model.cuda()(tokens.cuda())
+            model.cuda()(random_tokens(len(d), 1, BLOCK + 8).cuda())
