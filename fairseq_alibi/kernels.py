@@ -4,8 +4,8 @@ Pure torch (plus flash-attn where installed), no fairseq import. q, k, v are (ba
 queries bottom-right aligned with keys (the last T of S positions), as in alibi.alibi_mask.
 - flash: FlashAttention-2 (>= 2.4, CUDA, fp16/bf16) with `alibi_slopes` (fp32, in registers).
 - flex: PyTorch FlexAttention with the bias as a `score_mod` and the causal pattern as a block
-  mask, future blocks skipped (compiled on GPU; eager elsewhere,
-  which materializes the scores and is meant for testing).
+  mask, future blocks skipped (compiled on GPU; eager elsewhere, which materializes the scores
+  and is meant for testing).
 - blocked: PyTorch's fused CPU kernel on blocks of queries, for long inputs on CPU; memory
   heads x block x (window + block) for the bias instead of heads x T x S (see blocked_attention;
   with gradients for ALiBi, BlockedAlibiAttention).
@@ -57,8 +57,6 @@ class BlockedBias:
     """Passed to the layers in place of a mask: the bias for blocked_attention (CPU). ALiBi's
     (far_slopes, window 0) has gradients (BlockedAlibiAttention); T5's is for evaluation only (its
     learned bias gets no gradient through it)."""
-
-    kernel = "blocked"
 
     def __init__(self, near_bias: Tensor, window: int, far_slopes: Optional[Tensor] = None,
                  far_bias: Optional[Tensor] = None):
