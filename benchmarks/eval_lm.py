@@ -7,7 +7,7 @@
         --lengths 8192 --out benchmarks/eval-lm-cpu.md
 
 Each evaluation is `scripts/eval.sh` (fairseq's own evaluation, nonoverlapping, the whole split)
-in a fresh process under /usr/bin/time: wall seconds of the evaluation itself (as eval.sh reports
+in a fresh process under scripts/measure.py: wall seconds of the evaluation itself (as eval.sh reports
 them, loading included), peak RSS of the process tree. Modes:
   sinusoidal   the twin (the baseline)
   alibi        --alibi-attention auto: on CPU, the blocked kernel (no heads x T x S mask)
@@ -31,9 +31,9 @@ from provenance import emit, header  # noqa: E402
 
 def evaluate(checkpoint, data, l_valid, overrides, workdir):
     out = os.path.join(workdir, f"{time.time_ns()}.jsonl")
-    timing = os.path.join(workdir, "time.txt")
-    cmd = ["/usr/bin/time", "-f", "%M", "-o", timing, os.path.join(REPO, "scripts", "eval.sh"),
-           checkpoint, data, out, str(l_valid)]
+    resources = os.path.join(workdir, f"{time.time_ns()}.resources.jsonl")
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "measure.py"), resources, "--",
+           os.path.join(REPO, "scripts", "eval.sh"), checkpoint, data, out, str(l_valid)]
     if overrides:
         cmd += ["--", "--model-overrides", overrides]
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
@@ -42,10 +42,10 @@ def evaluate(checkpoint, data, l_valid, overrides, workdir):
         return {"error": (proc.stderr.strip().splitlines() or ["killed"])[-1]}
     with open(out) as f:
         row = json.loads(f.readline())
-    with open(timing) as f:
-        peak_kib = int(f.read().split()[-1])
+    with open(resources) as f:
+        peak_mib = json.loads(f.readline())["peak_mib"]
     return {"perplexity": row["perplexity"], "seconds": row["seconds"], "tokens_per_s": row["tokens_per_s"],
-            "peak_mib": peak_kib / 1024}
+            "peak_mib": peak_mib}
 
 
 def main():

@@ -15,25 +15,16 @@ import os
 import sys
 
 RESUMED_IF_LONGER = 60  # seconds: calls beyond the longest that trained too
-
-
-def read_jsonl(path):
-    rows = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    sys.exit(f"error: {path} line {number} is not JSON (an interrupted write?): rerun the preset")
-    return rows
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from results import read_json_lines  # noqa: E402  (eval.sh's rows; one line for a bad one)
 
 
 def training_cost(checkpoint):
     path = os.path.join(os.path.dirname(checkpoint), "resources.jsonl")
     if not os.path.exists(path):
         return None
-    calls = [c for c in read_jsonl(path) if c["exit"] == 0] or read_jsonl(path)
+    everything = list(read_json_lines(path))
+    calls = [c for c in everything if c["exit"] == 0] or everything
     longest = max(calls, key=lambda c: c["seconds"])
     resumed = sum(c["seconds"] > RESUMED_IF_LONGER for c in calls) > 1
     return {"seconds": longest["seconds"], "peak_mib": longest["peak_mib"], "resumed": resumed}
@@ -44,7 +35,7 @@ def main():
     p.add_argument("results", help="RESULTS.jsonl written by trade.sh")
     p.add_argument("--out", required=True, help="directory for trade.md, trade.csv and trade.png")
     args = p.parse_args()
-    rows = [r for r in read_jsonl(args.results) if r["stride"] == 0 and r["scaling"] == "none"]
+    rows = [r for r in read_json_lines(args.results) if r["stride"] == 0 and r["scaling"] == "none"]
     alibi = [r for r in rows if r["model"].startswith("alibi")]
     sinusoidal = [r for r in rows if r["model"] == "transformer_lm"]
     if len({r["checkpoint"] for r in alibi}) != 1 or not sinusoidal:
