@@ -69,6 +69,14 @@ def ntk_exponents(slopes: Tensor) -> Tensor:
     return ((log_slopes.max() - log_slopes) / spread).float()
 
 
+def check_scaling(method: str, factor: Union[float, Tensor]):
+    """ValueError naming the fix for an unknown scaling method or a factor that is not positive."""
+    if method not in SCALINGS:
+        raise ValueError(f"unknown slope scaling {method!r}: use one of {', '.join(SCALINGS)}")
+    if not bool((torch.as_tensor(factor, dtype=torch.float32) > 0).all()):
+        raise ValueError(f"the slope scaling factor must be positive, got {factor}")
+
+
 def scale_slopes(slopes: Tensor, method: str, factor: Union[float, Tensor]) -> Tensor:
     """Slopes for evaluating at `factor` (a) times the training length, without retraining.
 
@@ -77,11 +85,8 @@ def scale_slopes(slopes: Tensor, method: str, factor: Union[float, Tensor]) -> T
     - ntk, dynamic_ntk: NTK-ALiBi (keezen/ntk_alibi): slope / a^t, t from ntk_exponents.
     A tensor factor of shape (T,) (one a per query, see dynamic_factors) gives (heads, T).
     """
-    if method not in SCALINGS:
-        raise ValueError(f"unknown slope scaling {method!r}: use one of {', '.join(SCALINGS)}")
+    check_scaling(method, factor)
     factor = torch.as_tensor(factor, dtype=torch.float32, device=slopes.device)
-    if (factor <= 0).any():
-        raise ValueError(f"the slope scaling factor must be positive, got {factor}")
     if method == "none":
         return slopes
     exponent = torch.ones_like(slopes) if method == "linear" else ntk_exponents(slopes).to(slopes.device)

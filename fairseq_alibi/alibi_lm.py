@@ -14,7 +14,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModelConfig
 
-from .alibi import SCALINGS, alibi_mask, alibi_slopes, dynamic_factors, scale_slopes
+from .alibi import SCALINGS, alibi_mask, alibi_slopes, check_scaling, dynamic_factors, scale_slopes
 from .decoder import (
     BLOCK,
     ConfigError,
@@ -23,7 +23,8 @@ from .decoder import (
     blocked_fits,
     register_architectures,
 )
-from .kernels import BlockedBias, InKernelBias, flash_available
+from .attention import config_check, warn_once
+from .kernels import BlockedBias, InKernelBias, flash_available, flash_installed
 
 KERNELS = ("auto", "sdpa", "flash", "flex", "blocked")  # --alibi-attention
 
@@ -79,21 +80,26 @@ class AlibiTransformerDecoder(RelativePositionDecoder):
     def choose_kernel(self, x: Tensor, query_len: int, padding_mask: Optional[Tensor]) -> str:
         """--alibi-attention: sdpa (dense mask), flash or flex (bias in the kernel), blocked (CPU,
         query blocks, no T x S mask), or auto: flash where it can run, else blocked where it fits
-        (decoder.blocked_fits; not while training with attention dropout, which it lacks), else
-        sdpa. Padding to fold in, and dynamic scaling (a slope per query), need the dense mask."""
+        (decoder.blocked_fits), else sdpa. Padding to fold in, and dynamic scaling (a slope per
+        query), need the dense mask; flex and blocked have no attention dropout. Where the kernel
+        asked for cannot take this input, sdpa computes the same numbers (with a warning)."""
         choice = self.attention_kernel
         if choice == "sdpa" or padding_mask is not None or self.scaling == "dynamic_ntk":
             return "sdpa"
-        why_not = flash_available(x) if choice in ("flash", "auto") else None
-        if choice == "flash" and why_not:
-            raise ConfigError(f"--alibi-attention flash cannot run: {why_not}; use auto or sdpa")
-        if choice == "blocked" and x.device.type != "cpu":
-            raise ConfigError("--alibi-attention blocked runs on CPU only: use auto on a GPU")
+        dropout = self.training and self.attention_dropout > 0
         if choice == "auto":
-            if not why_not:
+            if not flash_available(x):
                 return "flash"
-            dropout = self.training and self.attention_dropout > 0  # the blocked kernel has none
             return "blocked" if blocked_fits(x, query_len, padding_mask) and not dropout else "sdpa"
+        why_not = flash_available(x) if choice == "flash" else None
+        if choice == "blocked" and x.device.type != "cpu":
+            why_not = "it runs on CPU only"
+        if choice in ("flex", "blocked") and dropout:
+            why_not = "it has no attention dropout (training with --attention-dropout)"
+        if why_not:
+            warn_once(f"--alibi-attention {choice} cannot run here ({why_not}): using sdpa, which "
+                      "computes the same; choose auto to let the model pick")
+            return "sdpa"
         return choice
 
     def in_kernel_bias(self, x, query_len, padding_mask):
@@ -117,10 +123,9 @@ def check_alibi_args(args):
     if scaling == "dynamic_ntk" and kernel in ("flash", "flex"):
         raise ConfigError(f"--alibi-attention {kernel} takes one slope per head, not the per-query "
                           "slopes of dynamic_ntk scaling: use auto or sdpa")
-    if scaling not in SCALINGS:
-        raise ConfigError(f"unknown alibi_scaling {scaling!r}: use one of {', '.join(SCALINGS)}")
-    if not factor > 0:
-        raise ConfigError(f"alibi_scaling_factor must be positive, got {factor}")
+    config_check(check_scaling, scaling, factor)
+    if kernel == "flash" and flash_installed():
+        raise ConfigError(f"--alibi-attention flash: {flash_installed()}; or use auto")
     if scaling == "dynamic_ntk" and not getattr(args, "alibi_train_length", None):
         raise ConfigError("alibi_scaling dynamic_ntk needs alibi_train_length, the training "
                           "--tokens-per-sample (scripts/eval.sh sets it from the checkpoint)")

@@ -1,16 +1,14 @@
-"""fairseq glue shared by the plugin's position methods (ALiBi, rotary, T5 bias).
+"""The decoder and LM glue shared by the plugin's position methods (ALiBi, rotary, T5 bias).
 
-A transformer LM decoder without position embeddings. Before the layer loop it builds, from the
-current query and key lengths only, one AttentionBias that every layer's self-attention uses:
-an additive mask (ALiBi, T5 bias; causal -inf folded in), the rotation of queries and keys
-(rotary), or a kernel that adds the bias itself (ALiBi in FlashAttention/FlexAttention). So any
-batch size and evaluation length work, and incremental decoding gets each new query's row.
+A transformer decoder without position embeddings. Before the layer loop it builds, from the
+current query and key lengths only, one AttentionBias that every layer's self-attention uses
+(attention.PositionBiasFlow, whose hooks each method fills): an additive mask (ALiBi, T5 bias;
+causal -inf folded in), the rotation of queries and keys (rotary), or a kernel that adds the
+bias itself (ALiBi in FlashAttention/FlexAttention, the blocked CPU kernel). So any batch size
+and evaluation length work, and incremental decoding gets each new query's row.
 """
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional
 
-import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq import options
@@ -22,12 +20,17 @@ from fairseq.models.transformer_lm import (
     base_lm_architecture,
     transformer_lm_baevski_wiki103,
 )
-from fairseq.modules import AdaptiveInput, MultiheadAttention
+from fairseq.modules import AdaptiveInput
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
-from .kernels import BlockedBias, InKernelBias
-from .rotary import apply_rotary
+from .attention import (  # noqa: F401  (ConfigError, AttentionBias: imported from here too)
+    AttentionBias,
+    ConfigError,
+    PositionBiasFlow,
+    RelativeDecoderLayer,
+    RelativeSelfAttention,
+    is_right_padding,
+)
 
 # No position table, so nothing limits the length; fairseq takes the min over limits.
 UNBOUNDED_POSITIONS = 2**31 - 1
@@ -37,13 +40,6 @@ UNBOUNDED_POSITIONS = 2**31 - 1
 # 1024; training 50 against 54 ms at 512, 96 against 76 ms at 1024).
 BLOCK = 256
 BLOCKED_ABOVE = 512
-
-
-class ConfigError(SystemExit):
-    """A bad configuration: printed as one line by the fairseq command-line tools, no traceback."""
-
-    def __init__(self, message):
-        super().__init__(f"fairseq_alibi: {message}")
 
 
 def check_args(args, method: str):
@@ -67,33 +63,6 @@ def check_args(args, method: str):
         raise ConfigError(f"--cross-self-attention is not supported by the {method} decoder: drop it")
 
 
-@dataclass
-class AttentionBias:
-    """What a position method adds to self-attention, built once per forward for all layers."""
-
-    # Additive (1 or batch, heads or 1, T, S) mask with -inf where a query must not look. None:
-    # plain causal attention, which needs no mask (T == S: SDPA's is_causal; T == 1: nothing).
-    mask: Optional[Tensor] = None
-    # cos, sin (T, head_dim / 2) of the T new positions: rotates new queries and keys (rotary).
-    rotary: Optional[Tuple[Tensor, Tensor]] = None
-    # A kernel that adds the bias itself (InKernelBias, BlockedBias); then mask is None.
-    kernel: Optional[Union[InKernelBias, BlockedBias]] = None
-
-
-def causal_mask(query_len: int, key_len: int, dtype, device) -> Tensor:
-    """(1, 1, T, S): 0 where query i (the last T of S positions) may look, -inf on the future."""
-    future = torch.ones(query_len, key_len, dtype=torch.bool, device=device).triu(key_len - query_len + 1)
-    return torch.zeros(query_len, key_len, dtype=dtype, device=device).masked_fill(future, float("-inf"))[None, None]
-
-
-def fold_padding(mask: Tensor, padding_mask: Tensor) -> Tensor:
-    """Mask padded keys too: (batch, heads or 1, T, S)."""
-    query_len, key_len = mask.shape[-2:]
-    diagonal = torch.eye(key_len, dtype=torch.bool, device=mask.device)[-query_len:]
-    # A padded query still attends to itself, so that no row is all -inf (NaN).
-    return mask.masked_fill(padding_mask[:, None, None, :] & ~diagonal, float("-inf"))
-
-
 def blocked_fits(x: Tensor, query_len: int, padding_mask: Optional[Tensor]) -> bool:
     """Whether the blocked CPU kernel can take this forward: on CPU, without padding to mask
     (fairseq's LM batches have none), longer than BLOCKED_ABOVE (the methods add their own
@@ -101,72 +70,10 @@ def blocked_fits(x: Tensor, query_len: int, padding_mask: Optional[Tensor]) -> b
     return x.device.type == "cpu" and padding_mask is None and query_len > BLOCKED_ABOVE
 
 
-def is_right_padding(padding_mask: Tensor) -> bool:
-    """True if, in every row, padding only appears after the last real token (or nowhere)."""
-    return bool((padding_mask.long().cummax(dim=1).values == padding_mask.long()).all())
-
-
-class RelativeSelfAttention(MultiheadAttention):
-    """Causal self-attention taking an AttentionBias in place of fairseq's attn_mask.
-
-    Same parameters (q/k/v/out_proj) and incremental cache layout as fairseq's
-    MultiheadAttention, so checkpoints and beam reordering are unchanged.
-    """
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Optional[Tensor],
-        value: Optional[Tensor],
-        key_padding_mask: Optional[Tensor] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-        need_weights: bool = False,
-        static_kv: bool = False,
-        attn_mask: Optional[AttentionBias] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
-    ):
-        # key_padding_mask is unused: the decoder folds padding into attn_mask.mask when needed.
-        bias = attn_mask if attn_mask is not None else AttentionBias()
-        tgt_len, bsz, embed_dim = query.size()
-        # T x B x C -> B x heads x T x head_dim, for each projection
-        q, k, v = (proj(query).view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-                   for proj in (self.q_proj, self.k_proj, self.v_proj))
-        if bias.rotary is not None:  # keys are cached rotated, at their own positions
-            q, k = apply_rotary(q, *bias.rotary), apply_rotary(k, *bias.rotary)
-        if incremental_state is not None:
-            saved_state = self._get_input_buffer(incremental_state)
-            if "prev_key" in saved_state:
-                k = torch.cat([saved_state["prev_key"], k], dim=2)
-                v = torch.cat([saved_state["prev_value"], v], dim=2)
-            saved_state["prev_key"] = k
-            saved_state["prev_value"] = v
-            saved_state["prev_key_padding_mask"] = None
-            self._set_input_buffer(incremental_state, saved_state)
-        dropout = self.dropout_module.p if self.training else 0.0
-        if bias.kernel is not None:
-            out = bias.kernel.attend(q, k, v, dropout)
-        else:
-            is_causal = bias.mask is None and tgt_len > 1  # then tgt_len == src_len
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.mask, dropout_p=dropout, is_causal=is_causal)
-        out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
-        return self.out_proj(out), None
-
-
-class RelativeDecoderLayer(TransformerDecoderLayerBase):
-    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
-        return RelativeSelfAttention(
-            embed_dim,
-            cfg.decoder.attention_heads,
-            dropout=cfg.attention_dropout,
-            self_attention=True,
-            q_noise=self.quant_noise,
-            qn_block_size=self.quant_noise_block_size,
-        )
-
-
-class RelativePositionDecoder(TransformerDecoder):
-    """Transformer decoder without position embeddings; a subclass says what attention adds."""
+class RelativePositionDecoder(PositionBiasFlow, TransformerDecoder):
+    """Transformer decoder without position embeddings; a subclass fills PositionBiasFlow's
+    hooks to say what self-attention adds. Cross-attention (encoder-decoder models) is fairseq's
+    own, without positions."""
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)
@@ -179,30 +86,6 @@ class RelativePositionDecoder(TransformerDecoder):
 
     def max_positions(self):
         return UNBOUNDED_POSITIONS
-
-    def position_mask(self, query_len: int, key_len: int, dtype, device) -> Optional[Tensor]:
-        """The method's additive mask (1, heads or 1, T, S), causal -inf included; None if plain
-        causal attention will do (T == S or T == 1). Overridden by the bias methods."""
-        if query_len == key_len or query_len == 1:
-            return None
-        return causal_mask(query_len, key_len, dtype, device)
-
-    def in_kernel_bias(self, x: Tensor, query_len: int, padding_mask: Optional[Tensor]):
-        """A kernel that adds the method's bias itself (kernels.InKernelBias, kernels.BlockedBias),
-        or None for the mask. Overridden by the bias methods."""
-        return None
-
-    def attention_bias(self, x: Tensor, query_len: int, key_len: int, padding_mask: Optional[Tensor]) -> AttentionBias:
-        """What every layer adds for these lengths. padding_mask: padding to mask (not only on the right)."""
-        kernel = self.in_kernel_bias(x, query_len, padding_mask)
-        if kernel is not None:
-            return AttentionBias(kernel=kernel)
-        mask = self.position_mask(query_len, key_len, x.dtype, x.device)
-        if padding_mask is not None:
-            if mask is None:
-                mask = causal_mask(query_len, key_len, x.dtype, x.device)
-            mask = fold_padding(mask, padding_mask)
-        return AttentionBias(mask=mask)
 
     def extract_features_scriptable(
         self,
@@ -237,10 +120,15 @@ class RelativePositionDecoder(TransformerDecoder):
             padding_mask = None
         bias = self.attention_bias(x, tokens.size(1), key_len, padding_mask)
 
+        # Encoder-decoder models: cross-attention is fairseq's own, over the encoder's padding.
+        encoder_states = encoder_out["encoder_out"][0] if encoder_out and encoder_out["encoder_out"] else None
+        encoder_padding = (encoder_out["encoder_padding_mask"][0]
+                           if encoder_out and encoder_out["encoder_padding_mask"] else None)
         inner_states: List[Optional[Tensor]] = [x]
         for layer in self.layers:
+            # self_attn_mask: fairseq's layer hands it to self-attention untouched (attention.py)
             x, _, _ = layer(
-                x, None, None, incremental_state,
+                x, encoder_states, encoder_padding, incremental_state,
                 self_attn_mask=bias, self_attn_padding_mask=padding_mask,
             )
             inner_states.append(x)

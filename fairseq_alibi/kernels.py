@@ -23,16 +23,23 @@ except ImportError:
     flash_attn = None
 
 
-def flash_available(x: Tensor) -> Optional[str]:
-    """None if FlashAttention-2's ALiBi can run on x, else why not."""
+def flash_installed() -> Optional[str]:
+    """None if FlashAttention-2 with ALiBi is installed, else why not (checked when a model that
+    asks for it is built)."""
     if flash_attn is None:
         return "flash-attn is not installed (pip install flash-attn>=2.4 on a CUDA machine)"
     version = tuple(int(p) for p in flash_attn.__version__.split(".")[:2] if p.isdigit())
     if version < (2, 4):
         return f"flash-attn {flash_attn.__version__} has no alibi_slopes (needs >= 2.4)"
-    if not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):
-        return f"FlashAttention-2 needs CUDA and fp16/bf16 (got {x.device.type}, {x.dtype})"
     return None
+
+
+def flash_available(x: Tensor) -> Optional[str]:
+    """None if FlashAttention-2's ALiBi can run on x, else why not."""
+    why_not = flash_installed()
+    if why_not is None and (not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16)):
+        why_not = f"FlashAttention-2 needs CUDA and fp16/bf16 (got {x.device.type}, {x.dtype})"
+    return why_not
 
 
 class InKernelBias:

@@ -8,7 +8,6 @@ from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModelConfig
 
 from .decoder import (
-    AttentionBias,
     ConfigError,
     RelativePositionDecoder,
     RelativePositionLanguageModel,
@@ -23,12 +22,10 @@ class RotaryTransformerDecoder(RelativePositionDecoder):
         self.head_dim = args.decoder_embed_dim // args.decoder_attention_heads
         self.rotary_base = args.rotary_base
 
-    def attention_bias(self, x, query_len, key_len, padding_mask) -> AttentionBias:
-        bias = super().attention_bias(x, query_len, key_len, padding_mask)  # causal (+ padding)
+    def rotary_angles(self, query_len, key_len, device):
         # The T new tokens sit at positions S-T .. S-1 (all cached keys came before them).
-        positions = torch.arange(key_len - query_len, key_len, device=x.device)
-        bias.rotary = rotary_angles(positions, self.head_dim, self.rotary_base)
-        return bias
+        positions = torch.arange(key_len - query_len, key_len, device=device)
+        return rotary_angles(positions, self.head_dim, self.rotary_base)
 
 
 @dataclass

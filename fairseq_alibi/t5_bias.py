@@ -11,12 +11,17 @@ import torch
 from torch import Tensor
 
 
+def check_buckets(num_buckets: int, max_distance: int):
+    """ValueError naming the fix for bucket settings T5's scheme cannot use."""
+    if not (num_buckets >= 2 and max_distance > num_buckets // 2):
+        raise ValueError(f"T5 bias needs --t5-num-buckets >= 2 and --t5-max-distance > half of it, "
+                         f"got {num_buckets} and {max_distance}")
+
+
 def t5_buckets(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
     """Bucket of each distance i - j (>= 0 for the keys a causal query sees; < 0 is clamped to 0)."""
+    check_buckets(num_buckets, max_distance)
     exact = num_buckets // 2
-    if exact < 1 or max_distance <= exact:
-        raise ValueError(f"T5 bias needs num_buckets >= 2 and max_distance > num_buckets / 2, "
-                         f"got {num_buckets} and {max_distance}")
     distance = distance.clamp(min=0)
     # Logarithmic buckets exact .. num_buckets - 1 for distances exact .. max_distance.
     log_ratio = torch.log(distance.float().clamp(min=exact) / exact) / math.log(max_distance / exact)

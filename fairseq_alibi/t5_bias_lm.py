@@ -10,14 +10,14 @@ from fairseq.models.transformer_lm import TransformerLanguageModelConfig
 
 from .decoder import (
     BLOCK,
-    ConfigError,
     RelativePositionDecoder,
     RelativePositionLanguageModel,
     blocked_fits,
     register_architectures,
 )
+from .attention import config_check
 from .kernels import BlockedBias
-from .t5_bias import t5_buckets
+from .t5_bias import check_buckets, t5_buckets
 
 
 class T5BiasTransformerDecoder(RelativePositionDecoder):
@@ -63,9 +63,7 @@ class T5BiasTransformerLanguageModel(RelativePositionLanguageModel):
 
     @classmethod
     def build_model(cls, args, task):
-        if not (args.t5_num_buckets >= 2 and args.t5_max_distance > args.t5_num_buckets // 2):
-            raise ConfigError(f"T5 bias needs --t5-num-buckets >= 2 and --t5-max-distance > half of it, "
-                              f"got {args.t5_num_buckets} and {args.t5_max_distance}")
+        config_check(check_buckets, args.t5_num_buckets, args.t5_max_distance)
         return super().build_model(args, task)
 
 

@@ -6,7 +6,7 @@ from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits
 from fairseq_alibi.alibi import alibi_mask, alibi_slopes, scale_slopes
 from fairseq_alibi.decoder import BLOCK, BLOCKED_ABOVE, ConfigError
-from fairseq_alibi.kernels import BlockedAlibiAttention, blocked_attention, flash_available
+from fairseq_alibi.kernels import BlockedAlibiAttention, blocked_attention, flash_available, flash_installed
 
 
 def twins(kernel, dtype=torch.float32, device="cpu"):
@@ -30,13 +30,36 @@ def test_auto_uses_the_reference_path_without_flash_attention():
     assert model.decoder.choose_kernel(x, 16, None) == expected
 
 
-def test_forcing_flash_where_it_cannot_run_is_a_one_line_error():
-    _, model, d = twins("flash")
-    if flash_available(torch.zeros(1)) is None:
-        pytest.skip("flash-attn can run here")
-    with pytest.raises(ConfigError, match="--alibi-attention flash cannot run") as err:
-        model(random_tokens(len(d), 1, 8))
+def test_forcing_flash_without_flash_attn_is_a_one_line_error_when_built():
+    if flash_installed() is None:
+        pytest.skip("flash-attn is installed here")
+    with pytest.raises(ConfigError, match="--alibi-attention flash: flash-attn") as err:
+        build_model(extra=[*TINY, "--alibi-attention", "flash"])
     assert "\n" not in str(err.value.code)
+
+
+def test_a_kernel_that_cannot_take_the_input_leaves_it_to_sdpa(monkeypatch, caplog):
+    """No configuration error from inside forward: flash on a CPU fp32 input (flash-attn present),
+    blocked or flex while training with attention dropout, run as sdpa, with one warning."""
+    import fairseq_alibi.alibi_lm as alibi_lm
+    import fairseq_alibi.attention as attention
+
+    monkeypatch.setattr(alibi_lm, "flash_installed", lambda: None)  # as if flash-attn were installed
+    for kernel, flags, mode in [("flash", [], "eval"), ("blocked", ["--attention-dropout", "0.1"], "train"),
+                                ("flex", ["--attention-dropout", "0.1"], "train")]:
+        torch.manual_seed(0)
+        model, d = build_model(extra=[*TINY, "--alibi-attention", kernel, *flags])
+        x = torch.zeros(1, 1)
+        getattr(model, mode)()
+        caplog.clear()
+        attention._warned.clear()
+        assert model.decoder.choose_kernel(x, BLOCK + 8, None) == "sdpa"
+        assert caplog.text.count(f"--alibi-attention {kernel} cannot run here") == 1
+    torch.manual_seed(0)
+    reference, d = build_model(extra=[*TINY, "--alibi-attention", "sdpa"])
+    torch.manual_seed(0)
+    flash, _ = build_model(extra=[*TINY, "--alibi-attention", "flash"])
+    assert_same_logits(flash, reference, random_tokens(len(d), 2, 20))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FlashAttention-2 needs a CUDA GPU")
@@ -69,6 +92,7 @@ def test_flash_path_passes_fa2_its_layout_and_slopes(monkeypatch):
 
     monkeypatch.setattr(kernels, "flash_attn_func", documented_flash_attn_func, raising=False)
     monkeypatch.setattr(alibi_lm, "flash_available", lambda x: None)
+    monkeypatch.setattr(alibi_lm, "flash_installed", lambda: None)
     reference, flash, d = twins("flash")
     assert_same_logits(flash, reference, random_tokens(len(d), 2, 20))
 
@@ -188,12 +212,19 @@ def test_t5_bias_evaluates_long_inputs_with_the_blocked_kernel():
     torch.testing.assert_close(blocked, dense, rtol=1e-4, atol=1e-5)
 
 
-def test_blocked_kernel_refuses_attention_dropout_and_gpus():
+def test_blocked_kernel_trains_with_attention_dropout_through_sdpa():
+    """The blocked kernel has no attention dropout: a model asked for it still trains with it
+    (sdpa), and its bare kernel refuses dropout clearly."""
     torch.manual_seed(0)
-    model, d = build_model(extra=[*TINY, "--alibi-attention", "blocked", "--attention-dropout", "0.1"])
+    model, d = build_model(extra=[*TINY, "--alibi-attention", "blocked", "--attention-dropout", "0.5"])
     model.train()
+    tokens = random_tokens(len(d), 1, BLOCKED_ABOVE + 8)
+    torch.manual_seed(1)
+    a = model(tokens)[0]
+    torch.manual_seed(2)
+    assert not torch.allclose(a, model(tokens)[0])  # dropout is applied
+    bias = model.eval().decoder.in_kernel_bias(torch.zeros(1), BLOCKED_ABOVE + 8, None)
     with pytest.raises(ValueError, match="no attention dropout"):
-        model(random_tokens(len(d), 1, BLOCK + 8))
-    if torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="CPU only"):
-            model.cuda()(random_tokens(len(d), 1, BLOCK + 8).cuda())
+        bias.attend(*torch.randn(3, 1, 4, 8, 8), dropout_p=0.1)
+
+
