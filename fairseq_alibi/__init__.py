@@ -1,10 +1,12 @@
 """fairseq_alibi: ALiBi (Press, Smith & Lewis, ICLR 2022) as a fairseq user dir, with the
-paper's rotary and T5-bias baselines.
+paper's rotary and T5-bias baselines, and bidirectional ALiBi for encoders.
 
 Use with `fairseq-train --user-dir fairseq_alibi --arch alibi_transformer_lm_small ...`
-(or rotary_transformer_lm_small, t5_bias_transformer_lm_small). The math (ALiBi slopes, bias and
-slope scaling; rotary angles; T5 buckets) lives in alibi.py, rotary.py and t5_bias.py and needs
-only torch; decoder.py is the fairseq glue they share. The criterion `lm_distillation`
+(or rotary_transformer_lm_small, t5_bias_transformer_lm_small; alibi_roberta_small for a masked
+LM, alibi_transformer_small for an encoder-decoder). The math (ALiBi slopes, bias and slope
+scaling; the encoder variants; rotary angles; T5 buckets) lives in alibi.py, bidirectional.py,
+rotary.py and t5_bias.py and needs only torch; attention.py is the fairseq glue they share,
+decoder.py and encoder.py the models' common parts. The criterion `lm_distillation`
 (distillation_criterion.py; its math in distillation.py) fine-tunes a model converted to ALiBi
 (convert_checkpoint.py --replace-positions) against the original.
 """
@@ -15,5 +17,14 @@ import numpy as np
 if not hasattr(np, "compat"):
     np.compat = type("compat", (), {"long": np.int64})
 
+# torch >= 2.6 loads checkpoints weights-only, and fairseq 0.12 saves the configuration of models
+# with argparse options (RoBERTa, the translation transformer) as an argparse.Namespace: a plain
+# container of already allowed values, which fairseq's checkpoint loading needs allowed too.
+import argparse  # noqa: E402
+
+import torch  # noqa: E402
+
+torch.serialization.add_safe_globals([argparse.Namespace])
+
 # Registering the models, their architectures and the criterion.
-from . import alibi_lm, distillation_criterion, rotary_lm, t5_bias_lm  # noqa: E402,F401
+from . import alibi_lm, distillation_criterion, encoder, rotary_lm, t5_bias_lm  # noqa: E402,F401

@@ -33,11 +33,11 @@ def find_wikitext2():
     return raw
 
 
-def build_model(arch="alibi_transformer_lm", vocab=50, extra=()):
+def build_model(arch="alibi_transformer_lm", vocab=50, extra=(), task="language_modeling"):
     """An untrained model in eval mode, built through fairseq's own argument parsing."""
     from fairseq_alibi.build import build_model as build
 
-    model, dictionary = build(arch, vocab, extra)
+    model, dictionary = build(arch, vocab, extra, task)
     return model.eval(), dictionary
 
 

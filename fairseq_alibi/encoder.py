@@ -1,0 +1,227 @@
+"""Bidirectional ALiBi in fairseq: an encoder without position embeddings whose self-attention
+adds one of bidirectional.py's variants (--encoder-alibi), and two models built on it:
+
+- alibi_roberta (task masked_lm): RoBERTa with this encoder. --encoder-alibi none keeps
+  fairseq's own RoBERTa encoder with sinusoidal positions (or, with --encoder-learned-pos,
+  learned ones, i.e. stock --arch roberta): the twins.
+- alibi_transformer (task translation): this encoder, the causal ALiBi decoder (alibi_lm.py)
+  and fairseq's cross-attention, which has no positions (as in T5 and the fork's issue #5).
+"""
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.roberta.model import RobertaEncoder, RobertaModel
+from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
+from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase, TransformerModel
+from fairseq.models.transformer import base_architecture as transformer_base_architecture
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
+
+from .alibi_lm import KERNELS, AlibiTransformerDecoder, check_alibi_args
+from .attention import ConfigError, PositionBiasFlow, RelativeEncoderLayer, config_check
+from .bidirectional import VARIANTS, EncoderAlibi, check_variant
+from .decoder import UNBOUNDED_POSITIONS, check_args
+
+
+class AlibiTransformerEncoder(PositionBiasFlow, TransformerEncoderBase):
+    """fairseq's transformer encoder without position embeddings; every layer adds the
+    variant's bias (shared by the layers, as in the paper) with padded keys masked."""
+
+    causal = False
+
+    def __init__(self, cfg, dictionary, embed_tokens, variant: str):
+        cfg.no_token_positional_embeddings = True
+        super().__init__(cfg, dictionary, embed_tokens)
+        self.alibi = EncoderAlibi(variant, cfg.encoder.attention_heads)
+
+    def build_encoder_layer(self, cfg):
+        layer = RelativeEncoderLayer(cfg)
+        # Same activation checkpointing / FSDP wrapping as fairseq's own encoder layers.
+        if cfg.checkpoint_activations:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
+        return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+
+    def max_positions(self):
+        return UNBOUNDED_POSITIONS
+
+    def position_mask(self, query_len, key_len, dtype, device):
+        """(1, heads, T, T), rebuilt every forward: learned slopes need their gradient, and an
+        encoder's inputs change length with every batch."""
+        return self.alibi.square(key_len, device)[None].to(dtype)
+
+    def forward_scriptable(self, src_tokens, src_lengths: Optional[Tensor] = None,
+                           return_all_hiddens: bool = False, token_embeddings: Optional[Tensor] = None):
+        padding_mask = src_tokens.eq(self.padding_idx)
+        has_pads = bool(padding_mask.any())
+        x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
+        if has_pads:
+            x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+
+        length = src_tokens.size(1)
+        bias = self.attention_bias(x, length, length, padding_mask if has_pads else None)
+        encoder_states = [x] if return_all_hiddens else []
+        for layer in self.layers:
+            x = layer(x, padding_mask if has_pads else None, attn_mask=bias)
+            if return_all_hiddens:
+                encoder_states.append(x)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        src_lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)
+        return {
+            "encoder_out": [x],  # T x B x C
+            "encoder_padding_mask": [padding_mask],  # B x T
+            "encoder_embedding": [encoder_embedding],  # B x T x C
+            "encoder_states": encoder_states,  # List[T x B x C]
+            "fc_results": [],
+            "src_tokens": [],
+            "src_lengths": [src_lengths],
+        }
+
+
+def check_encoder_args(args, left_padded: bool):
+    """Once, when the model is built."""
+    config_check(check_variant, args.encoder_alibi, args.encoder_attention_heads)
+    if getattr(args, "encoder_learned_pos", False):
+        raise ConfigError("--encoder-learned-pos adds position embeddings, which encoder ALiBi replaces: "
+                          "drop the flag (or use --encoder-alibi none for the position-embedding twin)")
+    if args.encoder_embed_dim % args.encoder_attention_heads:
+        raise ConfigError(f"--encoder-embed-dim ({args.encoder_embed_dim}) must be divisible by "
+                          f"--encoder-attention-heads ({args.encoder_attention_heads})")
+    if args.encoder_alibi == "bialibi" and left_padded:
+        raise ConfigError("bialibi anchors its first-token term at index 0, which left padding moves: "
+                          "pass --left-pad-source (in fairseq 0.12 that flag turns left padding off)")
+
+
+class AlibiRobertaEncoder(RobertaEncoder):
+    def build_encoder(self, args, dictionary, embed_tokens):
+        encoder = AlibiTransformerEncoder(TransformerConfig.from_namespace(args), dictionary, embed_tokens,
+                                          args.encoder_alibi)
+        encoder.apply(init_bert_params)  # as RoBERTa's own (it leaves the ALiBi parameters alone)
+        return encoder
+
+    def max_positions(self):
+        return UNBOUNDED_POSITIONS
+
+
+class SinusoidalRobertaEncoder(RobertaEncoder):
+    """fairseq's RoBERTa encoder, unchanged, with sinusoidal positions: they extend themselves
+    to any length, so the task need not drop inputs longer than training (the learned twin's
+    table ends at --max-positions)."""
+
+    def max_positions(self):
+        return UNBOUNDED_POSITIONS
+
+
+@register_model("alibi_roberta")
+class AlibiRobertaModel(RobertaModel):
+    """RoBERTa (masked LM) with an encoder ALiBi variant in place of position embeddings."""
+
+    @staticmethod
+    def add_args(parser):
+        RobertaModel.add_args(parser)
+        parser.add_argument("--encoder-alibi", choices=[*VARIANTS, "none"],
+                            help="the bidirectional ALiBi variant (fairseq_alibi/bidirectional.py); none: "
+                                 "fairseq's RoBERTa encoder with sinusoidal positions (the twin)")
+        parser.add_argument("--encoder-learned-pos", action="store_true",
+                            help="with --encoder-alibi none: learned positions (stock --arch roberta)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        position_defaults(args, "symmetric")
+        roberta_base_architecture(args)
+        if getattr(args, "max_positions", None) is None:  # as RoBERTa: the learned table's size
+            args.max_positions = args.tokens_per_sample
+        if args.encoder_alibi == "none":  # a twin: fairseq's own encoder and position embeddings
+            twin = RobertaEncoder if args.encoder_learned_pos else SinusoidalRobertaEncoder
+            return cls(args, twin(args, task.source_dictionary))
+        check_encoder_args(args, left_padded=False)  # masked_lm pads on the right
+        return cls(args, AlibiRobertaEncoder(args, task.source_dictionary))
+
+
+def position_defaults(args, variant: str):
+    """fairseq leaves model flags that were not given unset: their defaults (before RoBERTa's
+    base architecture, which would turn learned positions on)."""
+    args.encoder_alibi = getattr(args, "encoder_alibi", variant)
+    args.encoder_learned_pos = getattr(args, "encoder_learned_pos", False)
+
+
+@register_model_architecture("alibi_roberta", "alibi_roberta_small")
+def roberta_small_architecture(args):
+    """CPU scale, the LM preset's dimensions: 4 layers, d 128, FFN 512, 8 heads (head dim 16)."""
+    position_defaults(args, "symmetric")
+    args.encoder_layers = getattr(args, "encoder_layers", 4)
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 128)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 512)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 8)
+    roberta_base_architecture(args)
+
+
+@register_model_architecture("alibi_roberta", "alibi_roberta_base")
+def roberta_base_size_architecture(args):
+    """RoBERTa base: 12 layers, d 768, FFN 3072, 12 heads."""
+    position_defaults(args, "symmetric")
+    roberta_base_architecture(args)
+
+
+@register_model("alibi_transformer")
+class AlibiTransformerModel(TransformerModel):
+    """Encoder-decoder: encoder ALiBi (--encoder-alibi), the causal ALiBi decoder, and
+    cross-attention without positions. Its twin is stock --arch transformer (sinusoidal)."""
+
+    @staticmethod
+    def add_args(parser):
+        TransformerModel.add_args(parser)
+        parser.add_argument("--encoder-alibi", choices=VARIANTS,
+                            help="the bidirectional ALiBi variant (fairseq_alibi/bidirectional.py)")
+        parser.add_argument("--alibi-attention", choices=KERNELS,
+                            help="the decoder's attention kernel, as for alibi_transformer_lm")
+
+    @classmethod
+    def build_model(cls, args, task):
+        position_defaults(args, "symmetric")
+        transformer_base_architecture(args)
+        check_encoder_args(args, left_padded=getattr(args, "left_pad_source", True))
+        check_args(args, "ALiBi")
+        check_alibi_args(args)
+        args.no_token_positional_embeddings = True
+        args.max_source_positions = args.max_target_positions = UNBOUNDED_POSITIONS
+        return super().build_model(args, task)
+
+    @classmethod
+    def build_encoder(cls, cfg, src_dict, embed_tokens):
+        return AlibiTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens, cfg.encoder_alibi)
+
+    @classmethod
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        return AlibiTransformerDecoder(TransformerConfig.from_namespace(cfg), tgt_dict, embed_tokens,
+                                       no_encoder_attn=False)
+
+
+# Stock fairseq flags giving alibi_transformer_small's dimensions with sinusoidal positions.
+TRANSLATION_SMALL_DIMS = {"layers": 3, "embed_dim": 128, "ffn_embed_dim": 512, "attention_heads": 8}
+TRANSLATION_TWIN_FLAGS = "--arch transformer " + " ".join(
+    f"--{side}-{name.replace('_', '-')} {value}" for side in ("encoder", "decoder")
+    for name, value in TRANSLATION_SMALL_DIMS.items())
+
+
+@register_model_architecture("alibi_transformer", "alibi_transformer_small")
+def transformer_small_architecture(args):
+    """CPU scale, for the synthetic tasks: 3 + 3 layers, d 128, FFN 512, 8 heads."""
+    position_defaults(args, "symmetric")
+    for side in ("encoder", "decoder"):
+        for name, value in TRANSLATION_SMALL_DIMS.items():
+            setattr(args, f"{side}_{name}", getattr(args, f"{side}_{name}", value))
+    transformer_base_architecture(args)
+
+
+@register_model_architecture("alibi_transformer", "alibi_transformer_base")
+def transformer_base_size_architecture(args):
+    """Vaswani et al.'s base: 6 + 6 layers, d 512, FFN 2048, 8 heads."""
+    position_defaults(args, "symmetric")
+    transformer_base_architecture(args)
