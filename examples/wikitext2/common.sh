@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 export PYTHONUNBUFFERED=1  # show fairseq's progress as it happens
 
 L=${L:-64}
-UPDATES=${UPDATES:-400}
+UPDATES=${UPDATES:-1400}
 L_VALID=${L_VALID:-"$L $((2 * L)) $((4 * L)) $((8 * L)) $((16 * L))"}
 SLIDING=${SLIDING:-0}
 read -r -a train_flags <<< "${TRAIN_FLAGS:-}"

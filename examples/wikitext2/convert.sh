@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Give an existing model ALiBi, on WikiText-2 at CPU scale (about 65 minutes on 2 cores, most of
 # it distillation, which needs both models' full-vocabulary distributions at every token):
-# the main job's sinusoidal model (the teacher: L=64, UPDATES=400 updates) is converted to ALiBi
+# the main job's sinusoidal model (the teacher: L=64, UPDATES updates) is converted to ALiBi
 # (positions dropped, every other weight kept) and fine-tuned for FINETUNE updates, once with plain
 # cross entropy and once with distillation from the teacher; both are compared from L to 16L with
 # the teacher, the converted model before fine-tuning, and ALiBi trained from scratch for the same

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train short, test long on WikiText-2, at CPU scale (about 15 minutes on 2 cores with the defaults):
+# Train short, test long on WikiText-2, at CPU scale (about 17 minutes on 2 cores with the defaults):
 # position methods with the same dimensions, data and recipe, trained at L=64 and evaluated on the
 # validation set at L_valid = 64 ... 1024 (16L).
 #

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The paper's headline trade at CPU scale on WikiText-2: ALiBi trained at a short L against
 # sinusoidal models trained at the longer lengths ALiBi is then evaluated at, all with the same
-# tokens per update (4096) and number of updates: validation perplexity at each length beside
-# each model's training wall-clock and peak memory, in one run. About 30 minutes on 2 cores.
+# recipe (the small preset: tokens per update, number of updates): validation perplexity at each length beside
+# each model's training wall-clock and peak memory, in one run. About an hour on 2 cores with the
+# current recipe (its committed results used the earlier one, 400 updates of 4096 tokens; see
+# results/trade/PROVENANCE.md).
 #
 # Environment (and common.sh's: data, TRAIN_FLAGS):
 #   ALIBI_L        ALiBi's training length (default 64)
 #   SINUSOIDAL_LS  the sinusoidal models' training lengths, each evaluated at its own length
 #                  (default "64 128 256 1024"); ALiBi is evaluated at all of them
-#   UPDATES (default 400), OUT (default runs/trade), CHECKPOINTS (default checkpoints/trade)
+#   UPDATES (default common.sh's), OUT (default runs/trade), CHECKPOINTS (default checkpoints/trade)
 source "$(dirname "$0")/common.sh"
 
 ALIBI_L=${ALIBI_L:-64}
