@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Synthetic seq2seq tasks for length generalisation, generated deterministically.
+
+    python3 examples/synthetic/make_tasks.py OUT_DIR [--train 20000] [--per-bucket 200] [--seed 1]
+        [--train-max 20] [--buckets 4]
+
+Tasks (each example's source starts with the task's name, so one model learns all three):
+- copy:    "copy 7 3 3 9" -> "7 3 3 9"
+- reverse: "reverse 7 3 3 9" -> "9 3 3 7"
+- add:     "add 4 7 + 9 5" -> "1 4 2" (two n-digit numbers, most significant digit first)
+n is the task's size: the sequence length (copy, reverse) or the digits of each number (add).
+Symbols are the ten digits. Training draws n uniformly from 1 .. train_max; the test sets hold
+--per-bucket examples per task and bucket of n: 1-train_max (in distribution), then
+train_max+1 .. 2 train_max, ..., up to buckets x train_max (4x by default), so train and test
+lengths past training are disjoint. Writes OUT_DIR/{train,valid}.{src,tgt} and
+OUT_DIR/test{b}.{src,tgt} for bucket b (1 = in distribution), and OUT_DIR/buckets.txt.
+"""
+import argparse
+import os
+import random
+
+TASKS = ("copy", "reverse", "add")
+
+
+def example(task, n, rng):
+    """(source tokens, target tokens) of one example of size n."""
+    if task == "add":
+        a, b = (rng.randrange(10 ** (n - 1) if n > 1 else 0, 10 ** n) for _ in range(2))
+        return ["add", *str(a), "+", *str(b)], list(str(a + b))
+    digits = [str(rng.randrange(10)) for _ in range(n)]
+    return [task, *digits], digits[::-1] if task == "reverse" else digits
+
+
+def write(path, examples):
+    with open(path + ".src", "w") as src, open(path + ".tgt", "w") as tgt:
+        for s, t in examples:
+            src.write(" ".join(s) + "\n")
+            tgt.write(" ".join(t) + "\n")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out")
+    p.add_argument("--train", type=int, default=20000, help="training examples (all tasks)")
+    p.add_argument("--valid", type=int, default=600, help="validation examples (in distribution)")
+    p.add_argument("--per-bucket", type=int, default=200, help="test examples per task and bucket")
+    p.add_argument("--train-max", type=int, default=20, help="largest n in training")
+    p.add_argument("--buckets", type=int, default=4, help="test buckets of train-max sizes each")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    for name in ("train", "valid", "per_bucket", "train_max", "buckets"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if os.path.exists(os.path.join(args.out, "train.src")):
+        raise SystemExit(f"error: {args.out} already holds tasks: choose another OUT_DIR or move it away")
+    os.makedirs(args.out, exist_ok=True)
+    rng = random.Random(args.seed)
+    draw = lambda count, low, high: [example(rng.choice(TASKS), rng.randint(low, high), rng)  # noqa: E731
+                                     for _ in range(count)]
+    write(os.path.join(args.out, "train"), draw(args.train, 1, args.train_max))
+    write(os.path.join(args.out, "valid"), draw(args.valid, 1, args.train_max))
+    with open(os.path.join(args.out, "buckets.txt"), "w") as f:
+        for b in range(1, args.buckets + 1):
+            low, high = (b - 1) * args.train_max + 1, b * args.train_max
+            write(os.path.join(args.out, f"test{b}"),
+                  [example(task, rng.randint(low, high), rng) for task in TASKS for _ in range(args.per_bucket)])
+            f.write(f"test{b}\t{low}\t{high}\n")
+
+
+if __name__ == "__main__":
+    main()

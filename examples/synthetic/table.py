@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""exact_match.py's JSON lines -> OUT/table.md (exact match %, one row per model, one column per
+task and size bucket) and OUT/figure.png (one panel per task). Prints the table.
+
+    python3 examples/synthetic/table.py RESULTS.jsonl --out DIR
+"""
+import argparse
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from results import read_json_lines  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    rows = list(read_json_lines(args.results))
+    if not rows:
+        raise SystemExit(f"error: no results in {args.results}: run examples/synthetic/run.sh first")
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    buckets = sorted({(r["n_low"], r["n_high"]) for r in rows})
+    accuracy = {(r["label"], r["task"], (r["n_low"], r["n_high"])): 100 * r["accuracy"] for r in rows}
+    columns = [(t, b) for t in tasks for b in buckets]
+    lines = ["| model | " + " | ".join(f"{t} n={lo}-{hi}" for t, (lo, hi) in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for label in labels:
+        cells = [f"{accuracy[label, t, b]:.1f}" if (label, t, b) in accuracy else "" for t, b in columns]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    table = "\n".join(lines) + "\n"
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(table)
+
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.6), dpi=100, squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for label in labels:
+            xs = [b for b in buckets if (label, task, b) in accuracy]
+            ax.plot([f"{lo}-{hi}" for lo, hi in xs], [accuracy[label, task, b] for b in xs], marker="o",
+                    linestyle="--" if label == "Sinusoidal" else "-", label=label)
+        ax.set_title(task)
+        ax.set_xlabel("size n (training: the first bucket)")
+        ax.set_ylim(-3, 103)
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("exact match (%)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "figure.png"))
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Bidirectional ALiBi on WikiText-2: RoBERTa-style masked LMs (alibi_roberta_small, the LM
+# preset's dimensions) trained at L tokens per block and scored at L_valid = L ... 16L with one
+# fixed evaluation mask (scripts/eval_mlm.py: the same masked tokens at every length).
+#
+# Environment (and common.sh's: data, L, L_VALID, TRAIN_FLAGS):
+#   VARIANTS  encoder ALiBi variants (symmetric one_sided learned ruoss bialibi) and the twins:
+#             sinusoidal (fairseq's RoBERTa encoder, sinusoidal positions) and learned_pos (stock
+#             RoBERTa's learned positions; its table is 16L long, rows past L stay untrained).
+#             Default: all seven.
+#   UPDATES (default 600), OUT (runs/wikitext2-mlm), CHECKPOINTS (checkpoints/wikitext2-mlm)
+# A finished run is evaluated again, not retrained; an interrupted one resumes.
+UPDATES=${UPDATES:-600}
+source "$(dirname "$0")/common.sh"
+
+VARIANTS=${VARIANTS:-"symmetric one_sided learned ruoss bialibi sinusoidal learned_pos"}
+OUT=${OUT:-runs/wikitext2-mlm}
+CHECKPOINTS=${CHECKPOINTS:-checkpoints/wikitext2-mlm}
+
+# The CPU-scale masked-LM recipe: RoBERTa's Adam and linear decay after a short warmup.
+recipe=(--task masked_lm --criterion masked_lm --arch alibi_roberta_small --tokens-per-sample "$L"
+        --sample-break-mode none --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --lr 0.001
+        --lr-scheduler polynomial_decay --warmup-updates $((UPDATES / 10)) --total-num-update "$UPDATES"
+        --max-update "$UPDATES" --clip-norm 1.0 --max-tokens 2048 --weight-decay 0.01 --seed 1 --cpu
+        --num-workers 0 --required-batch-size-multiple 1 --no-epoch-checkpoints --save-interval-updates 100
+        --keep-interval-updates 1 --log-interval 50 --no-progress-bar --skip-invalid-size-inputs-valid-test)
+
+mkdir -p "$OUT"
+rm -f "$OUT/results.jsonl"
+for variant in $VARIANTS; do
+  case $variant in
+    sinusoidal)  flags=(--encoder-alibi none); label="Sinusoidal" ;;
+    learned_pos) flags=(--encoder-alibi none --encoder-learned-pos --max-positions $((16 * L))); label="Learned positions" ;;
+    symmetric|one_sided|learned|ruoss|bialibi) flags=(--encoder-alibi "$variant"); label="ALiBi $variant" ;;
+    *) echo "error: unknown variant '$variant': use symmetric one_sided learned ruoss bialibi sinusoidal learned_pos" >&2; exit 1 ;;
+  esac
+  save=$CHECKPOINTS/$variant-L$L
+  mkdir -p "$save"
+  if [ -f "$save/checkpoint_last.pt" ] && grep -q "done training" "$save/train.log" 2>/dev/null; then
+    echo "== $save is already trained: evaluating it"
+  else
+    echo "== training the masked LM, $label, at L=$L -> $save"
+    python3 scripts/measure.py "$save/resources.jsonl" -- fairseq-train "$data" --save-dir "$save" \
+      --user-dir fairseq_alibi --tensorboard-logdir "$save/tensorboard" "${recipe[@]}" "${flags[@]}" "${train_flags[@]}" 2>&1 \
+      | tee -a "$save/train.log" | { grep --line-buffered -E "train_inner|valid on|done training|error" || true; }
+    [ "${PIPESTATUS[0]}" = 0 ] || { echo "error: training $variant failed: see $save/train.log" >&2; exit 1; }
+  fi
+  echo "== evaluating $label at L_valid = $L_VALID"
+  python3 scripts/eval_mlm.py "$save/checkpoint_last.pt" "$data" "$OUT/results.jsonl" --lengths "$L_VALID" --label "$label"
+done
+python3 scripts/results.py "$OUT/results.jsonl" --out "$OUT"
+echo "tables and figures written to $OUT (masked-token perplexity)"
