@@ -15,7 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fairseq.distributed import fsdp_wrap
 from fairseq.modules import MultiheadAttention
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from .kernels import BlockedBias, InKernelBias
@@ -173,6 +175,14 @@ class RelativeSelfAttention(MultiheadAttention):
 def build_relative_self_attention(layer, embed_dim: int, heads: int, cfg) -> RelativeSelfAttention:
     return RelativeSelfAttention(embed_dim, heads, dropout=cfg.attention_dropout, self_attention=True,
                                  q_noise=layer.quant_noise, qn_block_size=layer.quant_noise_block_size)
+
+
+def wrap_layer(layer, cfg):
+    """The same activation checkpointing / FSDP wrapping as fairseq gives its own layers."""
+    if cfg.checkpoint_activations:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
+    return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
 
 class RelativeDecoderLayer(TransformerDecoderLayerBase):

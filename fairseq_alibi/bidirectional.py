@@ -22,7 +22,6 @@ j < i are "past" (left of the query), j > i "future" (right of it).
   slope (either sign allowed), started at 0: the first token starts out as a global token seen
   at no distance by every query. It is anchored at index 0, so inputs must not be left-padded.
 """
-from typing import Optional
 
 import torch
 from torch import Tensor, nn

@@ -12,7 +12,6 @@ from typing import Dict, List, Optional
 from torch import Tensor
 
 from fairseq import options
-from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer_lm import (
@@ -21,7 +20,6 @@ from fairseq.models.transformer_lm import (
     transformer_lm_baevski_wiki103,
 )
 from fairseq.modules import AdaptiveInput
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from .attention import (  # noqa: F401  (ConfigError, AttentionBias: imported from here too)
     AttentionBias,
@@ -30,6 +28,7 @@ from .attention import (  # noqa: F401  (ConfigError, AttentionBias: imported fr
     RelativeDecoderLayer,
     RelativeSelfAttention,
     is_right_padding,
+    wrap_layer,
 )
 
 # No position table, so nothing limits the length; fairseq takes the min over limits.
@@ -77,12 +76,7 @@ class RelativePositionDecoder(PositionBiasFlow, TransformerDecoder):
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)
-        layer = RelativeDecoderLayer(cfg, no_encoder_attn)
-        # Same activation checkpointing / FSDP wrapping as fairseq's own decoder layers.
-        if cfg.checkpoint_activations:
-            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-        min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
-        return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+        return wrap_layer(RelativeDecoderLayer(cfg, no_encoder_attn), cfg)
 
     def max_positions(self):
         return UNBOUNDED_POSITIONS

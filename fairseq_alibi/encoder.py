@@ -12,17 +12,15 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta.model import RobertaEncoder, RobertaModel
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase, TransformerModel
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
 from .alibi_lm import KERNELS, AlibiTransformerDecoder, check_alibi_args
-from .attention import ConfigError, PositionBiasFlow, RelativeEncoderLayer, config_check
+from .attention import ConfigError, PositionBiasFlow, RelativeEncoderLayer, config_check, wrap_layer
 from .bidirectional import VARIANTS, EncoderAlibi, check_variant
 from .decoder import UNBOUNDED_POSITIONS, check_args
 
@@ -39,12 +37,7 @@ class AlibiTransformerEncoder(PositionBiasFlow, TransformerEncoderBase):
         self.alibi = EncoderAlibi(variant, cfg.encoder.attention_heads)
 
     def build_encoder_layer(self, cfg):
-        layer = RelativeEncoderLayer(cfg)
-        # Same activation checkpointing / FSDP wrapping as fairseq's own encoder layers.
-        if cfg.checkpoint_activations:
-            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-        min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
-        return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+        return wrap_layer(RelativeEncoderLayer(cfg), cfg)
 
     def max_positions(self):
         return UNBOUNDED_POSITIONS
