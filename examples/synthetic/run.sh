@@ -54,16 +54,8 @@ for variant in $VARIANTS; do
     *) echo "error: unknown variant '$variant': use symmetric one_sided learned ruoss bialibi sinusoidal" >&2; exit 1 ;;
   esac
   save=$CHECKPOINTS/$variant
-  mkdir -p "$save"
-  if [ -f "$save/checkpoint_last.pt" ] && grep -q "done training" "$save/train.log" 2>/dev/null; then
-    echo "== $save is already trained: evaluating it"
-  else
-    echo "== training $label -> $save"
-    python3 scripts/measure.py "$save/resources.jsonl" -- fairseq-train "$DATA_DIR/bin" --save-dir "$save" \
-      --tensorboard-logdir "$save/tensorboard" "${model[@]}" "${recipe[@]}" "${train_flags[@]}" 2>&1 \
-      | tee -a "$save/train.log" | { grep --line-buffered -E "train_inner|valid on|done training|error" || true; }
-    [ "${PIPESTATUS[0]}" = 0 ] || { echo "error: training $variant failed: see $save/train.log" >&2; exit 1; }
-  fi
+  scripts/train_once.sh "$save" "$label" -- fairseq-train "$DATA_DIR/bin" --save-dir "$save" \
+    --tensorboard-logdir "$save/tensorboard" "${model[@]}" "${recipe[@]}" "${train_flags[@]}"
   echo "== exact match, $label"
   python3 examples/synthetic/exact_match.py "$save/checkpoint_last.pt" "$DATA_DIR/bin" \
     "$DATA_DIR/text/buckets.txt" "$OUT/results.jsonl" --label "$label" > /dev/null
