@@ -35,16 +35,8 @@ for variant in $VARIANTS; do
     *) echo "error: unknown variant '$variant': use symmetric one_sided learned ruoss bialibi sinusoidal learned_pos" >&2; exit 1 ;;
   esac
   save=$CHECKPOINTS/$variant-L$L
-  mkdir -p "$save"
-  if [ -f "$save/checkpoint_last.pt" ] && grep -q "done training" "$save/train.log" 2>/dev/null; then
-    echo "== $save is already trained: evaluating it"
-  else
-    echo "== training the masked LM, $label, at L=$L -> $save"
-    python3 scripts/measure.py "$save/resources.jsonl" -- fairseq-train "$data" --save-dir "$save" \
-      --user-dir fairseq_alibi --tensorboard-logdir "$save/tensorboard" "${recipe[@]}" "${flags[@]}" "${train_flags[@]}" 2>&1 \
-      | tee -a "$save/train.log" | { grep --line-buffered -E "train_inner|valid on|done training|error" || true; }
-    [ "${PIPESTATUS[0]}" = 0 ] || { echo "error: training $variant failed: see $save/train.log" >&2; exit 1; }
-  fi
+  scripts/train_once.sh "$save" "the masked LM, $label, at L=$L" -- fairseq-train "$data" --save-dir "$save" \
+    --user-dir fairseq_alibi --tensorboard-logdir "$save/tensorboard" "${recipe[@]}" "${flags[@]}" "${train_flags[@]}"
   echo "== evaluating $label at L_valid = $L_VALID"
   python3 scripts/eval_mlm.py "$save/checkpoint_last.pt" "$data" "$OUT/results.jsonl" --lengths "$L_VALID" --label "$label"
 done
