@@ -252,3 +252,21 @@ def test_translation_twin_has_the_same_parameters():
     assert shapes(twin) == shapes(alibi)
     assert type(twin.encoder.embed_positions).__name__ == "SinusoidalPositionalEmbedding"
     assert alibi.encoder.embed_positions is None and alibi.decoder.embed_positions is None
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_padded_keys_are_masked_and_every_diagonal_stays_finite(variant):
+    """The encoder's bias for a right-padded batch: the variant's values between real tokens,
+    -inf on padded keys of every other query, and a finite diagonal (padded queries included), so
+    no row is empty."""
+    enc, d = encoder(variant)
+    tokens = torch.cat([random_tokens(len(d), 1, 9), torch.cat([random_tokens(len(d), 1, 6), torch.full((1, 3), d.pad())], 1)])
+    padding = tokens.eq(d.pad())
+    x = torch.zeros(9, 2, 32)
+    mask = enc.attention_bias(x, 9, 9, padding).mask  # (batch, heads, T, T)
+    alone = enc.alibi.square(9)
+    assert torch.isfinite(mask.diagonal(dim1=2, dim2=3)).all()
+    torch.testing.assert_close(mask[0], alone)
+    torch.testing.assert_close(mask[1][:, :6, :6], alone[:, :6, :6])
+    off_diagonal = ~torch.eye(9, dtype=torch.bool)
+    assert (mask[1][:, :, 6:][:, off_diagonal[:, 6:]] == float("-inf")).all()
