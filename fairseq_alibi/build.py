@@ -17,3 +17,19 @@ def build_model(arch, vocab_size, flags=(), task="language_modeling"):
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
     task = types.SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
     return models.build_model(cfg.model, task), dictionary
+
+
+def load_checkpoint(path, data):
+    """(model in eval mode, cfg, task) of a fairseq checkpoint, its task's data at `data`; a file
+    that is not one stops with one line naming it (the evaluation scripts)."""
+    import pickle
+
+    from fairseq import checkpoint_utils
+
+    try:
+        (model,), cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
+    except (RuntimeError, KeyError, EOFError, ValueError, OSError, pickle.UnpicklingError) as error:
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        raise SystemExit(f"error: {path} could not be loaded as a fairseq checkpoint with its data at "
+                         f"{data} ({type(error).__name__}: {first_line})")
+    return model.eval(), cfg, task

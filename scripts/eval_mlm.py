@@ -56,18 +56,12 @@ def main():
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import fairseq_alibi  # noqa: F401  (registers the models)
-    from fairseq import checkpoint_utils
     from fairseq.data import data_utils
+    from fairseq_alibi.build import load_checkpoint
 
-    try:
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-            [args.checkpoint], arg_overrides={"data": args.data})
-    except (RuntimeError, KeyError, EOFError, ValueError) as error:
-        fail(f"{args.checkpoint} could not be loaded as a fairseq masked LM ({type(error).__name__}: "
-             f"{str(error).splitlines()[0] if str(error) else ''})")
+    model, cfg, task = load_checkpoint(args.checkpoint, args.data)
     if cfg.task._name != "masked_lm":
         fail(f"{args.checkpoint} was trained for task {cfg.task._name}, not masked_lm: use scripts/eval.sh for LMs")
-    model = models[0].eval()
     dictionary = task.source_dictionary
 
     # The split as one stream of tokens (each line ends with </s>, as fairseq's blocks see it).

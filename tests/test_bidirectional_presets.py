@@ -96,3 +96,22 @@ def test_synthetic_tasks_preset_toy_run(tmp_path):
                "--gen-subset", "test1", "--beam", "2", "--cpu", "--left-pad-source", "--batch-size", "4",
                "--required-batch-size-multiple", "1"])
     assert out.count("\nH-") == 12
+
+
+@pytest.mark.parametrize("script", ["scripts/eval_mlm.py", "examples/synthetic/exact_match.py"])
+def test_evaluation_scripts_refuse_a_file_that_is_not_a_checkpoint_in_one_line(script, wt2_slice, tmp_path):
+    import subprocess
+
+    from conftest import REPO
+
+    fake = tmp_path / "checkpoint.pt"
+    fake.write_text("not a checkpoint\n")
+    buckets = tmp_path / "buckets.txt"
+    buckets.write_text("test1\t1\t5\n")
+    args = {"scripts/eval_mlm.py": [str(fake), wt2_slice, str(tmp_path / "out.jsonl"), "--lengths", "16"],
+            "examples/synthetic/exact_match.py": [str(fake), wt2_slice, str(buckets), str(tmp_path / "out.jsonl"),
+                                                  "--label", "x"]}[script]
+    proc = subprocess.run(["python3", script, *args], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert f"error: {fake} could not be loaded as a fairseq checkpoint" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "out.jsonl").exists()

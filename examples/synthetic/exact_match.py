@@ -35,10 +35,9 @@ def main():
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import fairseq_alibi  # noqa: F401  (registers the models)
-    from fairseq import checkpoint_utils
+    from fairseq_alibi.build import load_checkpoint
 
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([args.checkpoint], arg_overrides={"data": args.data})
-    model = models[0].eval()
+    model, cfg, task = load_checkpoint(args.checkpoint, args.data)
     cfg.generation.beam = 1
     cfg.generation.max_len_a, cfg.generation.max_len_b = 1.2, 10  # answers are at most n + 1 digits
     generator = task.build_generator([model], cfg.generation)
