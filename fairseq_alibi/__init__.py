@@ -1,9 +1,11 @@
 """fairseq_alibi: ALiBi (Press, Smith & Lewis, ICLR 2022) as a fairseq user dir, with the
-paper's rotary and T5-bias baselines, and bidirectional ALiBi for encoders.
+paper's rotary and T5-bias baselines, and bidirectional ALiBi for encoders
+and LittleBird.
 
 Use with `fairseq-train --user-dir fairseq_alibi --arch alibi_transformer_lm_small ...`
 (or rotary_transformer_lm_small, t5_bias_transformer_lm_small; alibi_roberta_small for a masked
-LM, alibi_transformer_small for an encoder-decoder). The math (ALiBi slopes, bias and slope
+LM, littlebird_roberta_small for LittleBird's linear-memory one, alibi_transformer_small for an
+encoder-decoder). The math (ALiBi slopes, bias and slope
 scaling; the encoder variants; rotary angles; T5 buckets) lives in alibi.py, bidirectional.py,
 rotary.py and t5_bias.py and needs only torch; attention.py is the fairseq glue they share,
 decoder.py and encoder.py the models' common parts. The criterion `lm_distillation`
@@ -27,4 +29,4 @@ import torch  # noqa: E402
 torch.serialization.add_safe_globals([argparse.Namespace])
 
 # Registering the models, their architectures and the criterion.
-from . import alibi_lm, distillation_criterion, encoder, rotary_lm, t5_bias_lm  # noqa: E402,F401
+from . import alibi_lm, distillation_criterion, encoder, littlebird_roberta, rotary_lm, t5_bias_lm  # noqa: E402,F401

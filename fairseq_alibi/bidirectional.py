@@ -43,19 +43,24 @@ def check_variant(variant: str, num_heads: int):
                          f"even, got {num_heads}")
 
 
+def per_head(values: Tensor, like: Tensor) -> Tensor:
+    """(heads,) -> (heads, 1, ..., 1), to broadcast against `like` (..., Tq, Tk)."""
+    return values.view(-1, *([1] * like.dim()))
+
+
 def two_sided_bias(past: Tensor, future: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor:
-    """(heads, Tq, Tk): -past_h (i - j) for keys before the query, -future_h (j - i) after it,
-    0 at j = i. past, future: (heads,) non-negative slopes."""
-    offset = key_pos[None, :].float() - query_pos[:, None].float()  # j - i, < 0 before the query
-    slope = torch.where(offset < 0, past[:, None, None], future[:, None, None])
+    """(heads, ..., Tq, Tk): -past_h (i - j) for keys before the query, -future_h (j - i) after it,
+    0 at j = i. past, future: (heads,) non-negative slopes; query_pos (..., Tq), key_pos (..., Tk)."""
+    offset = key_pos.unsqueeze(-2).float() - query_pos.unsqueeze(-1).float()  # j - i, < 0 before the query
+    slope = torch.where(offset < 0, per_head(past, offset), per_head(future, offset))
     return -slope * offset.abs()
 
 
 def one_sided_bias(slopes: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor:
-    """(2 * len(slopes), Tq, Tk): the first half of the heads looks left, the second right, each
-    with `slopes`; the other side is -inf (the diagonal stays, so no row is empty)."""
+    """(2 * len(slopes), ..., Tq, Tk): the first half of the heads looks left, the second right,
+    each with `slopes`; the other side is -inf (the diagonal stays, so no row is empty)."""
     left = two_sided_bias(slopes, slopes, query_pos, key_pos)
-    offset = key_pos[None, :] - query_pos[:, None]
+    offset = key_pos.unsqueeze(-2) - query_pos.unsqueeze(-1)
     return torch.cat([left.masked_fill(offset > 0, float("-inf")), left.masked_fill(offset < 0, float("-inf"))])
 
 
@@ -82,18 +87,19 @@ class EncoderAlibi(nn.Module):
         return self.slopes, self.slopes
 
     def forward(self, query_pos: Tensor, key_pos: Tensor) -> Tensor:
-        """(heads, Tq, Tk) fp32 bias for queries at query_pos and keys at key_pos (positions from 0)."""
+        """(heads, ..., Tq, Tk) fp32 bias for queries at query_pos (..., Tq) and keys at key_pos
+        (..., Tk), positions from 0; leading dims (LittleBird's blocks) are kept."""
         if self.variant == "one_sided":
             return one_sided_bias(self.slopes, query_pos, key_pos)
         past, future = self.past_future_slopes()
         bias = two_sided_bias(past, future, query_pos, key_pos)
+        query, key = query_pos.unsqueeze(-1), key_pos.unsqueeze(-2)
         if self.variant == "ruoss":
-            before = (key_pos[None, :] < query_pos[:, None]).float()
-            bias = bias + 0.5 * self.slopes[:, None, None] * before
+            before = (key < query).float()
+            bias = bias + 0.5 * per_head(self.slopes, before) * before
         if self.variant == "bialibi":
-            first = (query_pos[:, None] == 0) | (key_pos[None, :] == 0)
-            first = first & (query_pos[:, None] != key_pos[None, :])
-            bias = torch.where(first, -self.first_token[:, None, None], bias)
+            first = ((query == 0) | (key == 0)) & (query != key)
+            bias = torch.where(first, -per_head(self.first_token, first), bias)
         return bias
 
     def square(self, length: int, device=None) -> Tensor:

@@ -144,15 +144,23 @@ def position_defaults(args, variant: str):
     args.encoder_learned_pos = getattr(args, "encoder_learned_pos", False)
 
 
+# CPU scale, the LM preset's dimensions (head dim 16): alibi_roberta_small's, littlebird_roberta_small's.
+ROBERTA_SMALL_DIMS = {"encoder_layers": 4, "encoder_embed_dim": 128, "encoder_ffn_embed_dim": 512,
+                      "encoder_attention_heads": 8}
+
+
+def roberta_small_dims(args):
+    """ROBERTA_SMALL_DIMS where not given, then RoBERTa's other defaults."""
+    for name, value in ROBERTA_SMALL_DIMS.items():
+        setattr(args, name, getattr(args, name, value))
+    roberta_base_architecture(args)
+
+
 @register_model_architecture("alibi_roberta", "alibi_roberta_small")
 def roberta_small_architecture(args):
-    """CPU scale, the LM preset's dimensions: 4 layers, d 128, FFN 512, 8 heads (head dim 16)."""
+    """CPU scale: 4 layers, d 128, FFN 512, 8 heads."""
     position_defaults(args, "symmetric")
-    args.encoder_layers = getattr(args, "encoder_layers", 4)
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 128)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 512)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 8)
-    roberta_base_architecture(args)
+    roberta_small_dims(args)
 
 
 @register_model_architecture("alibi_roberta", "alibi_roberta_base")

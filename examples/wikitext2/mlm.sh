@@ -7,7 +7,9 @@
 #   VARIANTS  encoder ALiBi variants (symmetric one_sided learned ruoss bialibi) and the twins:
 #             sinusoidal (fairseq's RoBERTa encoder, sinusoidal positions) and learned_pos (stock
 #             RoBERTa's learned positions; its table is 16L long, rows past L stay untrained).
-#             Default: all seven.
+#             Default: all seven. Also: littlebird (littlebird_roberta_small, blocks of
+#             LITTLEBIRD_BLOCK tokens, a pack of LITTLEBIRD_PACK, default 8 and 8: 8 blocks at L=64)
+#             and littlebird_padding (the same with the paper's padding insertion, 0.5 L per input).
 #   UPDATES (default 600), OUT (runs/wikitext2-mlm), CHECKPOINTS (checkpoints/wikitext2-mlm)
 # A finished run is evaluated again, not retrained; an interrupted one resumes.
 UPDATES=${UPDATES:-600}
@@ -18,23 +20,30 @@ OUT=${OUT:-runs/wikitext2-mlm}
 CHECKPOINTS=${CHECKPOINTS:-checkpoints/wikitext2-mlm}
 
 # The CPU-scale masked-LM recipe: RoBERTa's Adam and linear decay after a short warmup.
-recipe=(--task masked_lm --criterion masked_lm --arch alibi_roberta_small --tokens-per-sample "$L"
+recipe=(--task masked_lm --criterion masked_lm --tokens-per-sample "$L"
         --sample-break-mode none --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --lr 0.001
         --lr-scheduler polynomial_decay --warmup-updates $((UPDATES / 10)) --total-num-update "$UPDATES"
         --max-update "$UPDATES" --clip-norm 1.0 --max-tokens 2048 --weight-decay 0.01 --seed 1 --cpu
         --num-workers 0 --required-batch-size-multiple 1 --no-epoch-checkpoints --save-interval-updates 100
         --keep-interval-updates 1 --log-interval 50 --no-progress-bar --skip-invalid-size-inputs-valid-test)
 
+LITTLEBIRD_BLOCK=${LITTLEBIRD_BLOCK:-8}
+LITTLEBIRD_PACK=${LITTLEBIRD_PACK:-8}
+littlebird=(--arch littlebird_roberta_small --block-size "$LITTLEBIRD_BLOCK" --pack-length "$LITTLEBIRD_PACK")
+
 mkdir -p "$OUT"
 rm -f "$OUT/results.jsonl"
 for variant in $VARIANTS; do
   case $variant in
-    sinusoidal)  flags=(--encoder-alibi none); label="Sinusoidal" ;;
-    learned_pos) flags=(--encoder-alibi none --encoder-learned-pos --max-positions $((16 * L))); label="Learned positions" ;;
-    symmetric|one_sided|learned|ruoss|bialibi) flags=(--encoder-alibi "$variant"); label="ALiBi $variant" ;;
-    *) echo "error: unknown variant '$variant': use symmetric one_sided learned ruoss bialibi sinusoidal learned_pos" >&2; exit 1 ;;
+    sinusoidal)  flags=(--arch alibi_roberta_small --encoder-alibi none); label="Sinusoidal" ;;
+    learned_pos) flags=(--arch alibi_roberta_small --encoder-alibi none --encoder-learned-pos --max-positions $((16 * L))); label="Learned positions" ;;
+    symmetric|one_sided|learned|ruoss|bialibi) flags=(--arch alibi_roberta_small --encoder-alibi "$variant"); label="ALiBi $variant" ;;
+    littlebird) flags=("${littlebird[@]}"); label="LittleBird" ;;
+    littlebird_padding) flags=("${littlebird[@]}" --padding-insertion 0.5); label="LittleBird + padding insertion" ;;
+    *) echo "error: unknown variant '$variant': use symmetric one_sided learned ruoss bialibi sinusoidal learned_pos littlebird littlebird_padding" >&2; exit 1 ;;
   esac
   save=$CHECKPOINTS/$variant-L$L
+  [[ $variant == littlebird* ]] && save=$save-b$LITTLEBIRD_BLOCK-s$LITTLEBIRD_PACK
   scripts/train_once.sh "$save" "the masked LM, $label, at L=$L" -- fairseq-train "$data" --save-dir "$save" \
     --user-dir fairseq_alibi --tensorboard-logdir "$save/tensorboard" "${recipe[@]}" "${flags[@]}" "${train_flags[@]}"
   echo "== evaluating $label at L_valid = $L_VALID"

@@ -1,0 +1,156 @@
+"""LittleBird in fairseq: a masked LM (task masked_lm) whose encoder is LittleBird's layers
+(littlebird.py) with BiALiBi (bidirectional.py's "bialibi", the same module as alibi_roberta's
+--encoder-alibi bialibi), a learned pack, and RoBERTa's embeddings and LM head.
+
+    fairseq-train DATA --user-dir fairseq_alibi --task masked_lm --criterion masked_lm \\
+        --arch littlebird_roberta_small --block-size 8 --pack-length 8 [--padding-insertion 0.5] ...
+
+The dense twin of the same size is --arch alibi_roberta_small --encoder-alibi bialibi.
+"""
+import torch
+from torch import nn
+
+from fairseq import utils
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.roberta.model import RobertaEncoder, RobertaModel
+from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
+from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
+
+from .attention import ConfigError, config_check
+from .bidirectional import EncoderAlibi
+from .decoder import UNBOUNDED_POSITIONS
+from .encoder import roberta_small_dims
+from .littlebird import (PAPER_BLOCK_SIZE, PAPER_PACK_LENGTH, LittleBirdLayer, check_littlebird, insert_padding,
+                         pad_to_blocks, take_back, window_bias)
+
+
+class LittleBirdEncoder(TransformerEncoderBase):
+    """fairseq's encoder (embeddings, embedding LayerNorm, dropout) without position embeddings,
+    with LittleBird layers. The flow, in order: embed; (training) insert padding; pad to whole
+    blocks; BiALiBi for that length, once; the layers, each passing its pack P' to the next; drop
+    the added padding."""
+
+    def __init__(self, cfg, dictionary, embed_tokens, block_size: int, pack_length: int, padding_insertion: float):
+        cfg.no_token_positional_embeddings = True
+        super().__init__(cfg, dictionary, embed_tokens)
+        self.alibi = EncoderAlibi("bialibi", cfg.encoder.attention_heads)
+        self.block_size, self.padding_insertion = block_size, padding_insertion
+        embed_dim = cfg.encoder.embed_dim
+        self.pack = nn.Parameter(torch.randn(pack_length, embed_dim) * embed_dim ** -0.5)  # P, as LUNA's
+
+    def build_encoder_layer(self, cfg):
+        return LittleBirdLayer(cfg.encoder.embed_dim, cfg.encoder.attention_heads, cfg.encoder.ffn_embed_dim,
+                               utils.get_activation_fn(cfg.activation_fn), cfg.dropout, cfg.attention_dropout,
+                               cfg.activation_dropout)
+
+    def max_positions(self):
+        return UNBOUNDED_POSITIONS
+
+    def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None):
+        padding_mask = src_tokens.eq(self.padding_idx)  # B x T
+        x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)  # B x T x C
+        length = x.size(1)
+        inserted = None
+        if self.training and self.padding_insertion > 0 and length > 1:
+            x, padding_mask, inserted = insert_padding(x, padding_mask, round(self.padding_insertion * length))
+        x, padding_mask = pad_to_blocks(x, padding_mask, self.block_size)
+        x = x.masked_fill(padding_mask[..., None], 0.0)
+        bias = window_bias(self.alibi, x.size(1), self.block_size, x.device)
+        mask = padding_mask if padding_mask.any() else None
+        pack = self.pack.to(x.dtype).expand(x.size(0), -1, -1)
+
+        def unpadded(h):  # B x T' x C -> T x B x C, the input's own positions
+            h = take_back(h, inserted) if inserted is not None else h[:, :length]
+            return h.transpose(0, 1)
+
+        encoder_states = [unpadded(x)] if return_all_hiddens else []
+        for layer in self.layers:
+            x, pack = layer(x, pack, bias, mask)
+            if return_all_hiddens:
+                encoder_states.append(unpadded(x))
+        src_lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)
+        return {
+            "encoder_out": [unpadded(x)],  # T x B x C
+            "encoder_padding_mask": [src_tokens.eq(self.padding_idx)],  # B x T
+            "encoder_embedding": [encoder_embedding],  # B x T x C
+            "encoder_states": encoder_states,  # List[T x B x C]
+            "fc_results": [],
+            "src_tokens": [],
+            "src_lengths": [src_lengths],
+        }
+
+
+class LittleBirdRobertaEncoder(RobertaEncoder):
+    def build_encoder(self, args, dictionary, embed_tokens):
+        encoder = LittleBirdEncoder(TransformerConfig.from_namespace(args), dictionary, embed_tokens,
+                                    args.block_size, args.pack_length, args.padding_insertion)
+        encoder.apply(init_bert_params)  # as RoBERTa's own (the pack and BiALiBi are left as built)
+        return encoder
+
+    def max_positions(self):
+        return UNBOUNDED_POSITIONS
+
+
+def check_littlebird_args(args):
+    """Once, when the model is built."""
+    config_check(check_littlebird, args.block_size, args.pack_length, args.encoder_embed_dim,
+                 args.encoder_attention_heads)
+    if not 0 <= args.padding_insertion <= 16:
+        raise ConfigError(f"--padding-insertion is the padding inserted per training input as a fraction of "
+                          f"its length (0 = off): use 0 to 16, got {args.padding_insertion}")
+    if args.encoder_normalize_before:
+        raise ConfigError("LittleBird's layer is post-norm (LayerNorm after each residual, the paper's "
+                          "equations): drop --encoder-normalize-before")
+    if getattr(args, "encoder_layerdrop", 0) > 0:
+        raise ConfigError("--encoder-layerdrop is not supported by littlebird_roberta (each layer's pack "
+                          "feeds the next): drop it")
+
+
+@register_model("littlebird_roberta")
+class LittleBirdRobertaModel(RobertaModel):
+    """RoBERTa (masked LM) with LittleBird's encoder layers."""
+
+    @staticmethod
+    def add_args(parser):
+        RobertaModel.add_args(parser)
+        parser.add_argument("--block-size", type=int, help=f"LittleBird's window block b in tokens "
+                            f"(default {PAPER_BLOCK_SIZE}, the paper's): each token sees 4b tokens around it")
+        parser.add_argument("--pack-length", type=int, help=f"LittleBird's pack length s (default "
+                            f"{PAPER_PACK_LENGTH}, the paper's)")
+        parser.add_argument("--padding-insertion", type=float, help="the paper's padding insertion: in "
+                            "training, this fraction of each input's length in masked padding at random "
+                            "places after the first token (default 0: off)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        littlebird_defaults(args)
+        roberta_base_architecture(args)
+        if getattr(args, "max_positions", None) is None:
+            args.max_positions = args.tokens_per_sample
+        check_littlebird_args(args)
+        return cls(args, LittleBirdRobertaEncoder(args, task.source_dictionary))
+
+
+def littlebird_defaults(args):
+    """Flags that were not given (fairseq leaves them unset): the paper's values; no position
+    embeddings (RoBERTa's base architecture would turn learned ones on)."""
+    for name, default in (("block_size", PAPER_BLOCK_SIZE), ("pack_length", PAPER_PACK_LENGTH),
+                          ("padding_insertion", 0.0)):
+        if getattr(args, name, None) is None:
+            setattr(args, name, default)
+    args.encoder_learned_pos = False
+
+
+@register_model_architecture("littlebird_roberta", "littlebird_roberta_small")
+def littlebird_small_architecture(args):
+    """CPU scale: alibi_roberta_small's dimensions (4 layers, d 128, FFN 512, 8 heads)."""
+    littlebird_defaults(args)
+    roberta_small_dims(args)
+
+
+@register_model_architecture("littlebird_roberta", "littlebird_roberta_base")
+def littlebird_base_architecture(args):
+    """RoBERTa base: 12 layers, d 768, FFN 3072, 12 heads."""
+    littlebird_defaults(args)
+    roberta_base_architecture(args)
