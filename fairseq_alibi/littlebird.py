@@ -19,16 +19,19 @@ mean of the two slopes. The public implementation's defects are not repeated her
 (weights sum to 1), no slopes of the pack's own, alpha a constant, the bias built from positions
 for any length, padding taken from each batch.
 
-The window: X in blocks of b, padded on the right to n blocks (the padding masked). Query block q
-sees key block 0 (a global column) and blocks w, w+1, w+2 with w = min(max(q - 1, 1), n - 3):
+The window: X in blocks of b, padded on the right to whole blocks (the padding masked). A row
+with n blocks (n counts its tokens up to the last that is not padding, so the window does not
+depend on how much padding follows) has query block q see key block 0 (a global column) and
+blocks w, w+1, w+2 with w = min(max(q - 1, 1), n - 3):
 
     q = 0, 1, 2       -> 0, 1, 2, 3
     2 <= q <= n - 2   -> 0, q - 1, q, q + 1
     q = n - 1         -> 0, n - 3, n - 2, n - 1
 
 so with n >= 4 every query sees exactly 4b window keys and s pack keys (n = 4: every block), and
-with n < 4 all n blocks: the layer is then dense attention plus the pack. Memory per layer:
-O(l (4b + 2s)) for pack (s x l), unpack (l x s) and window (l x 4b) scores.
+with n < 4 all its blocks (w = 1, the blocks past n being padding): the layer is then dense
+attention plus the pack. Memory per layer: O(l (4b + 2s)) for pack (s x l), unpack (l x s) and
+window (l x 4b) scores.
 """
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -56,32 +59,72 @@ def check_littlebird(block_size: int, pack_length: int, embed_dim: int, num_head
                          f"head count ({num_heads})")
 
 
-def window_key_blocks(num_blocks: int, device=None) -> Tensor:
-    """(query groups, key blocks per group), the key blocks each group of queries sees: with more
-    than 4 blocks one group per block, 4 key blocks each (the rule above); with 4 or fewer one
-    group of every query, seeing every block."""
+def window_key_blocks(num_blocks: int, row_blocks: Tensor) -> Tensor:
+    """(rows, groups, key blocks): the key blocks each group of queries sees, for an input of
+    num_blocks blocks whose rows have row_blocks (rows,) blocks of their own. Past 4 blocks, one
+    group per block and 4 key blocks each (the rule above); with 4 or fewer, one group of every
+    query seeing every block, for all rows (rows = 1)."""
     if num_blocks <= 4:
-        return torch.arange(num_blocks, device=device)[None]
-    w = (torch.arange(num_blocks, device=device) - 1).clamp(1, num_blocks - 3)
-    return torch.stack([torch.zeros_like(w), w, w + 1, w + 2], dim=1)
+        return torch.arange(num_blocks, device=row_blocks.device).view(1, 1, -1)
+    query_block = torch.arange(num_blocks, device=row_blocks.device)
+    w = torch.minimum((query_block - 1).clamp(min=1)[None], (row_blocks - 3).clamp(min=1)[:, None])
+    return torch.stack([torch.zeros_like(w), w, w + 1, w + 2], dim=-1)
+
+
+def row_block_counts(padding_mask: Optional[Tensor], length: int, block_size: int, device=None) -> Tensor:
+    """(B,): each row's blocks up to its last token that is not padding; (1,) if no padding."""
+    if padding_mask is None:
+        return torch.full((1,), -(-length // block_size), device=device)
+    positions = torch.arange(1, length + 1, device=padding_mask.device)
+    extent = (positions * ~padding_mask).amax(1)  # the index after the last real token
+    return (extent + block_size - 1) // block_size
 
 
 @dataclass
 class WindowBias:
-    """What every layer needs of the positions for one padded length (built once per forward)."""
+    """What every layer needs of the positions for one batch (built once per forward)."""
     block_size: int
-    key_blocks: Tensor  # (groups, key blocks), window_key_blocks
-    window: Tensor  # (heads, groups, queries per group, key blocks * b): -D for each query's window
+    key_blocks: Tensor  # (rows, groups, key blocks), window_key_blocks; rows 1 or B
+    window: Tensor  # (rows, heads, groups, queries per group, key blocks * b): -D for each query's window
     pack: Tensor  # (heads,): -D_p, the same for every pack key
 
 
-def window_bias(alibi: EncoderAlibi, length: int, block_size: int, device=None) -> WindowBias:
-    """BiALiBi for a padded input of `length` tokens (a multiple of block_size), window by window."""
-    key_blocks = window_key_blocks(length // block_size, device)
-    query_pos = torch.arange(length, device=device).view(key_blocks.size(0), -1)  # (groups, queries)
-    key_pos = (key_blocks[..., None] * block_size + torch.arange(block_size, device=device)).flatten(1)
+def window_bias(alibi: EncoderAlibi, length: int, block_size: int, padding_mask: Optional[Tensor] = None,
+                device=None) -> WindowBias:
+    """BiALiBi for a batch of `length` tokens (a multiple of block_size), window by window;
+    padding_mask (B, T), True at padding, or None (then every row is `length` long)."""
+    row_blocks = row_block_counts(padding_mask, length, block_size, device)
+    key_blocks = window_key_blocks(length // block_size, row_blocks)
+    query_pos = torch.arange(length, device=key_blocks.device).view(1, key_blocks.size(1), -1)  # (1, groups, queries)
+    key_pos = (key_blocks[..., None] * block_size + torch.arange(block_size, device=key_blocks.device)).flatten(2)
+    window = alibi(query_pos.expand(key_pos.size(0), -1, -1), key_pos).transpose(0, 1)
     past, future = alibi.past_future_slopes()
-    return WindowBias(block_size, key_blocks, alibi(query_pos, key_pos), -(past + future) / 2 * block_size)
+    return WindowBias(block_size, key_blocks, window, -(past + future) / 2 * block_size)
+
+
+def window_logits(q: Tensor, k: Tensor, pack_k: Tensor, bias: WindowBias, padding_mask: Optional[Tensor] = None):
+    """The scores of USWAttn, blocked: (B, H, groups, queries per group, s + key blocks * b),
+    pack keys first, -inf at padded keys. q, k: (B, H, T, d_h), q scaled; pack_k (B, H, s, d_h)."""
+    B, H, T, d_h = q.shape
+    b, key_blocks = bias.block_size, bias.key_blocks
+    groups = key_blocks.size(1)
+    q = q.view(B, H, groups, T // groups, d_h)
+    window = q @ windows(k, key_blocks, b).transpose(-1, -2) + bias.window.to(q.dtype)
+    if padding_mask is not None:
+        rows = torch.arange(B, device=q.device)[:, None, None]
+        padded_keys = padding_mask.view(B, T // b, b)[rows, key_blocks.expand(B, -1, -1)].flatten(2, 3)
+        window = window.masked_fill(padded_keys[:, None, :, None, :], float("-inf"))
+    pack = q @ pack_k[:, :, None].transpose(-1, -2) + bias.pack.to(q.dtype).view(1, H, 1, 1, 1)
+    return torch.cat([pack, window], -1)
+
+
+def windows(t: Tensor, key_blocks: Tensor, block_size: int) -> Tensor:
+    """(B, H, T, d_h) -> (B, H, groups, key blocks * b, d_h): each group's keys (or values)."""
+    B, H, T, d_h = t.shape
+    rows = torch.arange(B, device=t.device)[:, None, None]
+    blocked = t.view(B, H, T // block_size, block_size, d_h)
+    picked = blocked[rows, :, key_blocks.expand(B, -1, -1)]  # (B, groups, key blocks, H, b, d_h)
+    return picked.permute(0, 3, 1, 2, 4, 5).flatten(3, 4)
 
 
 def unpacked_window_attention(q: Tensor, k: Tensor, v: Tensor, pack_k: Tensor, pack_v: Tensor,
@@ -89,25 +132,13 @@ def unpacked_window_attention(q: Tensor, k: Tensor, v: Tensor, pack_k: Tensor, p
                               dropout: float = 0.0, training: bool = False) -> Tensor:
     """USWAttn, blocked. q, k, v: (B, H, T, d_h), T a multiple of the block size, q already
     scaled by d_h^-0.5; pack_k, pack_v: (B, H, s, d_h), never masked; padding_mask: (B, T), True
-    at padding. Returns (B, H, T, d_h)."""
+    at padding. One softmax over each query's s + 4b scores. Returns (B, H, T, d_h)."""
     B, H, T, d_h = q.shape
-    b, key_blocks = bias.block_size, bias.key_blocks
-    groups, s = key_blocks.size(0), pack_k.size(2)
-
-    def windows(t):  # (B, H, T, d_h) -> (B, H, groups, key blocks * b, d_h)
-        return t.view(B, H, T // b, b, d_h)[:, :, key_blocks].flatten(3, 4)
-
-    k_window, v_window = windows(k), windows(v)
-    q = q.view(B, H, groups, T // groups, d_h)
-    window_logits = q @ k_window.transpose(-1, -2) + bias.window.to(q.dtype)  # (B, H, groups, T/groups, 4b)
-    if padding_mask is not None:
-        padded_keys = padding_mask.view(B, T // b, b)[:, key_blocks].flatten(2, 3)  # (B, groups, 4b)
-        window_logits = window_logits.masked_fill(padded_keys[:, None, :, None, :], float("-inf"))
-    pack_logits = q @ pack_k[:, :, None].transpose(-1, -2) + bias.pack.to(q.dtype).view(1, H, 1, 1, 1)
+    s = pack_k.size(2)
+    logits = window_logits(q, k, pack_k, bias, padding_mask)
     softmax_dtype = torch.promote_types(q.dtype, torch.float32)  # fp32 at least
-    weights = torch.softmax(torch.cat([pack_logits, window_logits], -1), -1, dtype=softmax_dtype).to(q.dtype)
-    weights = F.dropout(weights, dropout, training)
-    out = weights[..., :s] @ pack_v[:, :, None] + weights[..., s:] @ v_window
+    weights = F.dropout(torch.softmax(logits, -1, dtype=softmax_dtype).to(q.dtype), dropout, training)
+    out = weights[..., :s] @ pack_v[:, :, None] + weights[..., s:] @ windows(v, bias.key_blocks, bias.block_size)
     return out.reshape(B, H, T, d_h)
 
 
@@ -117,14 +148,15 @@ def dense_window_attention(q: Tensor, k: Tensor, v: Tensor, pack_k: Tensor, pack
     window leaves a key out, one softmax, the values. Quadratic in T: the reference for tests."""
     B, H, T, d_h = q.shape
     n = T // block_size
-    key_blocks = window_key_blocks(n, q.device)
+    key_blocks = window_key_blocks(n, row_block_counts(padding_mask, T, block_size, q.device))
     if n <= 4:
-        visible = torch.ones(T, T, dtype=torch.bool, device=q.device)
+        visible = torch.ones(1, T, T, dtype=torch.bool, device=q.device)
     else:
-        blocks_seen = torch.zeros(n, n, dtype=torch.bool, device=q.device).scatter_(1, key_blocks, True)
-        visible = blocks_seen.repeat_interleave(block_size, 0).repeat_interleave(block_size, 1)
+        blocks_seen = torch.zeros(*key_blocks.shape[:2], n, dtype=torch.bool, device=q.device)
+        blocks_seen.scatter_(2, key_blocks, True)  # (rows, query block, key block)
+        visible = blocks_seen.repeat_interleave(block_size, 1).repeat_interleave(block_size, 2)
     logits = q @ k.transpose(-1, -2) + alibi.square(T, q.device).to(q.dtype)
-    logits = logits.masked_fill(~visible, float("-inf"))
+    logits = logits.masked_fill(~visible[:, None], float("-inf"))
     if padding_mask is not None:
         logits = logits.masked_fill(padding_mask[:, None, None, :], float("-inf"))
     past, future = alibi.past_future_slopes()

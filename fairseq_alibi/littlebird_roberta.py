@@ -56,8 +56,8 @@ class LittleBirdEncoder(TransformerEncoderBase):
             x, padding_mask, inserted = insert_padding(x, padding_mask, round(self.padding_insertion * length))
         x, padding_mask = pad_to_blocks(x, padding_mask, self.block_size)
         x = x.masked_fill(padding_mask[..., None], 0.0)
-        bias = window_bias(self.alibi, x.size(1), self.block_size, x.device)
         mask = padding_mask if padding_mask.any() else None
+        bias = window_bias(self.alibi, x.size(1), self.block_size, mask, x.device)
         pack = self.pack.to(x.dtype).expand(x.size(0), -1, -1)
 
         def unpadded(h):  # B x T' x C -> T x B x C, the input's own positions
