@@ -47,6 +47,11 @@ class LittleBirdEncoder(TransformerEncoderBase):
     def max_positions(self):
         return UNBOUNDED_POSITIONS
 
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Nothing to upgrade: no position table, and its layers are not fairseq's (whose renames
+        the base class would apply)."""
+        return state_dict
+
     def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None):
         padding_mask = src_tokens.eq(self.padding_idx)  # B x T
         x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)  # B x T x C
