@@ -25,3 +25,18 @@ def test_benchmark_smoke_measures_every_mode_against_the_baseline():
         assert float(speed) > 0 and float(memory) > 0
         if mode == "sinusoidal":
             assert float(speed) == 1.0 and float(memory) == 1.0
+
+
+def test_littlebird_benchmark_smoke_measures_each_encoder_against_dense():
+    proc = subprocess.run([sys.executable, "benchmarks/littlebird.py", "--lengths", "128 256", "--modes", "eval",
+                           "--repeats", "1"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines() if line.startswith("| ")]
+    rows = [r for r in rows if r[0].isdigit()]
+    assert sorted((r[0], r[1]) for r in rows) == sorted(
+        (t, e) for t in ("128", "256") for e in ("dense BiALiBi", "LittleBird b=64 s=64", "LittleBird b=8 s=8"))
+    for length, encoder, tps, mib, speed, memory, growth in rows:
+        assert float(tps) > 0 and float(speed) > 0 and float(mib) >= 0
+        assert length == "256" or growth == ""  # memory against the same encoder at T/2
+        if encoder == "dense BiALiBi":
+            assert float(speed) == 1.0 and memory in ("1.00", "")

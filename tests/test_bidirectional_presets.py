@@ -16,15 +16,17 @@ ENCODER_TOY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-
 
 def test_masked_lm_preset_toy_run(wt2_slice, tmp_path):
     env = dict(os.environ, DATA=wt2_slice, L="16", UPDATES="4", L_VALID="16 64",
-               VARIANTS="bialibi sinusoidal learned_pos", OUT=str(tmp_path / "out"),
+               VARIANTS="bialibi sinusoidal learned_pos littlebird", LITTLEBIRD_BLOCK="2", LITTLEBIRD_PACK="2",
+               OUT=str(tmp_path / "out"),
                CHECKPOINTS=str(tmp_path / "checkpoints"), TRAIN_FLAGS=" ".join(ENCODER_TOY))
     printed = run(["examples/wikitext2/mlm.sh"], env=env)
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert sorted((r["label"], r["l_valid"]) for r in rows) == [
-        (label, lv) for label in ("ALiBi bialibi", "Learned positions", "Sinusoidal") for lv in (16, 64)]
+        (label, lv) for label in ("ALiBi bialibi", "Learned positions", "LittleBird", "Sinusoidal") for lv in (16, 64)]
     # the same masked tokens at every length and for every model
     assert len({(r["masked_tokens"], r["mask_seed"]) for r in rows}) == 1 and rows[0]["masked_tokens"] > 1000
     assert all(math.isfinite(r["perplexity"]) and r["train_length"] == 16 for r in rows)
+    assert (tmp_path / "checkpoints" / "littlebird-L16-b2-s2" / "checkpoint_last.pt").is_file()  # 8 blocks at L
     assert "| ALiBi bialibi 16 |" in printed and (tmp_path / "out" / "figure_valid_stride0.png").stat().st_size > 0
     # a finished run is evaluated again, not retrained
     again = run(["examples/wikitext2/mlm.sh"], env=dict(env, VARIANTS="bialibi"))
