@@ -5,9 +5,9 @@ and LittleBird.
 Use with `fairseq-train --user-dir fairseq_alibi --arch alibi_transformer_lm_small ...`
 (or rotary_transformer_lm_small, t5_bias_transformer_lm_small; alibi_roberta_small for a masked
 LM, littlebird_roberta_small for LittleBird's linear-memory one, alibi_transformer_small for an
-encoder-decoder). The math (ALiBi slopes, bias and slope
-scaling; the encoder variants; rotary angles; T5 buckets) lives in alibi.py, bidirectional.py,
-rotary.py and t5_bias.py and needs only torch; attention.py is the fairseq glue they share,
+encoder-decoder). The math (ALiBi slopes, bias and slope scaling; the encoder variants; LittleBird's
+layer; rotary angles; T5 buckets) lives in alibi.py, bidirectional.py, littlebird.py, rotary.py
+and t5_bias.py and needs only torch; attention.py is the fairseq glue they share,
 decoder.py and encoder.py the models' common parts. The criterion `lm_distillation`
 (distillation_criterion.py; its math in distillation.py) fine-tunes a model converted to ALiBi
 (convert_checkpoint.py --replace-positions) against the original.
