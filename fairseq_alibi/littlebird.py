@@ -42,7 +42,8 @@ from torch import Tensor, nn
 
 from .bidirectional import EncoderAlibi
 
-# The paper's block size and pack length (also the public implementation's defaults).
+# Block size and pack length: 64 and 64, the public implementation's example, taken as the
+# paper's setting (its text could not be checked offline).
 PAPER_BLOCK_SIZE = 64
 PAPER_PACK_LENGTH = 64
 
