@@ -65,16 +65,21 @@ class AlibiTransformerEncoder(PositionBiasFlow, TransformerEncoderBase):
                 encoder_states.append(x)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
-        src_lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)
-        return {
-            "encoder_out": [x],  # T x B x C
-            "encoder_padding_mask": [padding_mask],  # B x T
-            "encoder_embedding": [encoder_embedding],  # B x T x C
-            "encoder_states": encoder_states,  # List[T x B x C]
-            "fc_results": [],
-            "src_tokens": [],
-            "src_lengths": [src_lengths],
-        }
+        return encoder_output(x, src_tokens, self.padding_idx, encoder_embedding, encoder_states)
+
+
+def encoder_output(x: Tensor, src_tokens: Tensor, padding_idx: int, encoder_embedding: Tensor, encoder_states):
+    """fairseq's encoder output dictionary, for x (T x B x C) computed from src_tokens (B x T)."""
+    src_lengths = src_tokens.ne(padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)
+    return {
+        "encoder_out": [x],  # T x B x C
+        "encoder_padding_mask": [src_tokens.eq(padding_idx)],  # B x T
+        "encoder_embedding": [encoder_embedding],  # B x T x C
+        "encoder_states": encoder_states,  # List[T x B x C]
+        "fc_results": [],
+        "src_tokens": [],
+        "src_lengths": [src_lengths],
+    }
 
 
 def check_encoder_args(args, left_padded: bool):

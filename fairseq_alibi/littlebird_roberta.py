@@ -20,7 +20,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from .attention import ConfigError, config_check
 from .bidirectional import EncoderAlibi
 from .decoder import UNBOUNDED_POSITIONS
-from .encoder import roberta_small_dims
+from .encoder import encoder_output, roberta_small_dims
 from .littlebird import (PAPER_BLOCK_SIZE, PAPER_PACK_LENGTH, LittleBirdLayer, check_littlebird, insert_padding,
                          pad_to_blocks, take_back, window_bias)
 
@@ -74,16 +74,7 @@ class LittleBirdEncoder(TransformerEncoderBase):
             x, pack = layer(x, pack, bias, mask)
             if return_all_hiddens:
                 encoder_states.append(unpadded(x))
-        src_lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)
-        return {
-            "encoder_out": [unpadded(x)],  # T x B x C
-            "encoder_padding_mask": [src_tokens.eq(self.padding_idx)],  # B x T
-            "encoder_embedding": [encoder_embedding],  # B x T x C
-            "encoder_states": encoder_states,  # List[T x B x C]
-            "fc_results": [],
-            "src_tokens": [],
-            "src_lengths": [src_lengths],
-        }
+        return encoder_output(unpadded(x), src_tokens, self.padding_idx, encoder_embedding, encoder_states)
 
 
 class LittleBirdRobertaEncoder(RobertaEncoder):
