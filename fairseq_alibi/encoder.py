@@ -96,24 +96,25 @@ def check_encoder_args(args, left_padded: bool):
                           "pass --left-pad-source (in fairseq 0.12 that flag turns left padding off)")
 
 
-class AlibiRobertaEncoder(RobertaEncoder):
+class UnboundedRobertaEncoder(RobertaEncoder):
+    """RoBERTa's encoder for positions that extend to any length (ALiBi, LittleBird, sinusoidal):
+    the task need not drop inputs longer than training."""
+
+    def max_positions(self):
+        return UNBOUNDED_POSITIONS
+
+
+class AlibiRobertaEncoder(UnboundedRobertaEncoder):
     def build_encoder(self, args, dictionary, embed_tokens):
         encoder = AlibiTransformerEncoder(TransformerConfig.from_namespace(args), dictionary, embed_tokens,
                                           args.encoder_alibi)
         encoder.apply(init_bert_params)  # as RoBERTa's own (it leaves the ALiBi parameters alone)
         return encoder
 
-    def max_positions(self):
-        return UNBOUNDED_POSITIONS
 
-
-class SinusoidalRobertaEncoder(RobertaEncoder):
+class SinusoidalRobertaEncoder(UnboundedRobertaEncoder):
     """fairseq's RoBERTa encoder, unchanged, with sinusoidal positions: they extend themselves
-    to any length, so the task need not drop inputs longer than training (the learned twin's
-    table ends at --max-positions)."""
-
-    def max_positions(self):
-        return UNBOUNDED_POSITIONS
+    (the learned twin's table ends at --max-positions)."""
 
 
 @register_model("alibi_roberta")

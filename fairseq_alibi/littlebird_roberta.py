@@ -12,7 +12,7 @@ from torch import nn
 
 from fairseq import utils
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.roberta.model import RobertaEncoder, RobertaModel
+from fairseq.models.roberta.model import RobertaModel
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
@@ -20,7 +20,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from .attention import ConfigError, config_check
 from .bidirectional import EncoderAlibi
 from .decoder import UNBOUNDED_POSITIONS
-from .encoder import encoder_output, roberta_small_dims
+from .encoder import UnboundedRobertaEncoder, encoder_output, roberta_small_dims
 from .littlebird import (PAPER_BLOCK_SIZE, PAPER_PACK_LENGTH, LittleBirdLayer, check_littlebird, insert_padding,
                          pad_to_blocks, take_back, window_bias)
 
@@ -77,15 +77,12 @@ class LittleBirdEncoder(TransformerEncoderBase):
         return encoder_output(unpadded(x), src_tokens, self.padding_idx, encoder_embedding, encoder_states)
 
 
-class LittleBirdRobertaEncoder(RobertaEncoder):
+class LittleBirdRobertaEncoder(UnboundedRobertaEncoder):
     def build_encoder(self, args, dictionary, embed_tokens):
         encoder = LittleBirdEncoder(TransformerConfig.from_namespace(args), dictionary, embed_tokens,
                                     args.block_size, args.pack_length, args.padding_insertion)
         encoder.apply(init_bert_params)  # as RoBERTa's own (the pack and BiALiBi are left as built)
         return encoder
-
-    def max_positions(self):
-        return UNBOUNDED_POSITIONS
 
 
 def check_littlebird_args(args):
