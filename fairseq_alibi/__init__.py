@@ -1,14 +1,15 @@
 """fairseq_alibi: ALiBi (Press, Smith & Lewis, ICLR 2022) as a fairseq user dir, with the
-paper's rotary and T5-bias baselines, and bidirectional ALiBi for encoders
-and LittleBird.
+paper's rotary and T5-bias baselines, the methods the field compares it with (NoPE, KERPLE,
+Sandwich, FIRE; rotary's linear/NTK/YaRN scaling), bidirectional ALiBi for encoders and LittleBird.
 
 Use with `fairseq-train --user-dir fairseq_alibi --arch alibi_transformer_lm_small ...`
-(or rotary_transformer_lm_small, t5_bias_transformer_lm_small; alibi_roberta_small for a masked
-LM, littlebird_roberta_small for LittleBird's linear-memory one, alibi_transformer_small for an
-encoder-decoder). The math (ALiBi slopes, bias and slope scaling; the encoder variants; LittleBird's
-layer; rotary angles; T5 buckets) lives in alibi.py, bidirectional.py, littlebird.py, rotary.py
-and t5_bias.py and needs only torch; attention.py is the fairseq glue they share,
-decoder.py and encoder.py the models' common parts. The criterion `lm_distillation`
+(or <method>_transformer_lm_small for method rotary, t5_bias, nope, kerple, sandwich, fire;
+alibi_roberta_small for a masked LM, littlebird_roberta_small for LittleBird's linear-memory one,
+alibi_transformer_small for an encoder-decoder). Each position method is one module of
+positions.py (the encoder's: bidirectional.py), built and checked by factory.py, and reaches
+attention through attention.attention_bias; the math (alibi.py, rotary.py, t5_bias.py,
+bidirectional.py, littlebird.py, kernels.py) needs only torch; decoder.py and encoder.py are the
+models. The criterion `lm_distillation`
 (distillation_criterion.py; its math in distillation.py) fine-tunes a model converted to ALiBi
 (convert_checkpoint.py --replace-positions) against the original.
 """
@@ -29,4 +30,5 @@ import torch  # noqa: E402
 torch.serialization.add_safe_globals([argparse.Namespace])
 
 # Registering the models, their architectures and the criterion.
-from . import alibi_lm, distillation_criterion, encoder, littlebird_roberta, rotary_lm, t5_bias_lm  # noqa: E402,F401
+from . import (alibi_lm, distillation_criterion, encoder, fire_lm, kerple_lm, littlebird_roberta, nope_lm,  # noqa: E402,F401
+               rotary_lm, sandwich_lm, t5_bias_lm)

@@ -1,13 +1,11 @@
 """fairseq glue shared by every model of the plugin: how a position method reaches attention.
 
-PositionBiasFlow owns the flow, once per forward, before the layer loop: a kernel that adds the
-bias itself, else the method's additive mask, then padding folded into it, then rotary angles.
-A method fills the hooks (in_kernel_bias, position_mask, rotary_angles); the flow never calls
-back into its caller. The result, an AttentionBias, goes to every layer's RelativeSelfAttention.
-The same pieces serve a decoder (causal), an encoder (bidirectional) and, with no hooks filled,
-attention without positions.
+One plain function, attention_bias, runs once per forward before the layer loop: it asks the
+model's position method (positions.py's interface) for its rotation and bias, lets the kernel
+registry (kernels.choose_kernel) pick who adds the bias, and otherwise builds the dense mask (the
+method's bias, the causal -inf, padded keys). Its result, an AttentionBias, goes to every layer's
+RelativeSelfAttention. A model holds its method; nothing here calls back into the model.
 """
-import logging
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple, Union
 
@@ -20,35 +18,8 @@ from fairseq.modules import MultiheadAttention
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from .kernels import BlockedBias, InKernelBias
+from .kernels import BlockedBias, InKernelBias, build_kernel, choose_kernel
 from .rotary import apply_rotary
-
-logger = logging.getLogger(__name__)
-
-
-class ConfigError(SystemExit):
-    """A bad configuration: printed as one line by the fairseq command-line tools, no traceback."""
-
-    def __init__(self, message):
-        super().__init__(f"fairseq_alibi: {message}")
-
-
-def config_check(check, *args):
-    """Run a pure-torch check (which raises ValueError naming the fix) when the model is built,
-    as a ConfigError: one check, one message, for the function and the flag alike."""
-    try:
-        check(*args)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-
-
-_warned = set()
-
-
-def warn_once(message: str):
-    if message not in _warned:
-        _warned.add(message)
-        logger.warning(message)
 
 
 @dataclass
@@ -85,42 +56,71 @@ def is_right_padding(padding_mask: Tensor) -> bool:
     return bool((padding_mask.long().cummax(dim=1).values == padding_mask.long()).all())
 
 
-class PositionBiasFlow:
-    """Mixed into a decoder (causal = True) or an encoder (causal = False); position methods
-    override the hooks, never attention_bias."""
+def dense_bias(positions, query_len: int, key_len: int, device, causal: bool) -> Tensor:
+    """(heads, T, S) fp32: the method's bias for the last T of S positions, -inf on the future
+    if causal."""
+    if query_len > key_len:
+        raise ValueError(f"query_len ({query_len}) cannot exceed key_len ({key_len})")
+    keys = torch.arange(key_len, device=device)
+    queries = keys[key_len - query_len:]
+    bias = positions.bias(queries, keys)
+    if not causal:
+        return bias
+    future = keys[None, :] > queries[:, None]
+    # In place where no gradient needs the values (one full-size pass less).
+    return bias.masked_fill_(future, float("-inf")) if not bias.requires_grad else bias.masked_fill(future, float("-inf"))
 
-    causal = True
 
-    def in_kernel_bias(self, x: Tensor, query_len: int, padding_mask: Optional[Tensor]):
-        """A kernel that adds the method's bias itself (kernels.InKernelBias, kernels.BlockedBias),
-        or None for the mask."""
-        return None
+class SquareMaskCache:
+    """The (1, heads, T, T) mask of a full forward of a method without parameters, cached: the
+    T x T mask is the top-left block of any larger one (any bias(i, j) of positions from 0), so
+    batches of the same or a shorter length (every training step, every evaluation batch) reuse
+    it instead of rebuilding heads x T x T floats. Keyed by the method's buffers (an in-place
+    change of ALiBi's slopes is seen)."""
 
-    def position_mask(self, query_len: int, key_len: int, dtype, device) -> Optional[Tensor]:
-        """The method's additive mask (1, heads or 1, T, S), its -inf pattern included (causal:
-        the future), or None where the attention pattern alone will do."""
-        if self.causal and query_len != key_len and query_len > 1:
-            return causal_mask(query_len, key_len, dtype, device)
-        return None
+    def __init__(self):
+        self.entry = None  # (key, mask)
 
-    def rotary_angles(self, query_len: int, key_len: int, device) -> Optional[Tuple[Tensor, Tensor]]:
-        """cos, sin (T, head_dim / 2) rotating the T new queries and keys, or None."""
-        return None
+    def get(self, positions, length: int, dtype, device, causal: bool) -> Tensor:
+        key = (device, dtype, causal, tuple((b.data_ptr(), b._version) for b in positions.buffers()))
+        if self.entry is None or self.entry[0] != key or self.entry[1].size(-1) < length:
+            self.entry = None  # free the old one before building its successor
+            self.entry = (key, dense_bias(positions, length, length, device, causal)[None].to(dtype))
+        return self.entry[1][..., :length, :length]
 
-    def attention_bias(self, x: Tensor, query_len: int, key_len: int, padding_mask: Optional[Tensor]) -> AttentionBias:
-        """What every layer adds for these lengths. padding_mask: padded keys to mask (None if
-        the attention pattern already hides them)."""
-        rotary = self.rotary_angles(query_len, key_len, x.device)
-        kernel = self.in_kernel_bias(x, query_len, padding_mask)
-        if kernel is not None:
-            return AttentionBias(kernel=kernel, rotary=rotary, causal=self.causal)
-        mask = self.position_mask(query_len, key_len, x.dtype, x.device)
-        if padding_mask is not None:
-            if mask is None:
-                mask = (causal_mask(query_len, key_len, x.dtype, x.device) if self.causal
-                        else x.new_zeros(1, 1, query_len, key_len))
-            mask = fold_padding(mask, padding_mask)
-        return AttentionBias(mask=mask, rotary=rotary, causal=self.causal)
+
+def position_mask(positions, query_len: int, key_len: int, dtype, device, causal: bool,
+                  cache: Optional[SquareMaskCache] = None) -> Optional[Tensor]:
+    """The additive mask (1, heads or 1, T, S) of the method's bias and the causal -inf, or None
+    where the attention pattern alone will do. 4-D because PyTorch's fused CPU kernel takes 2-D or
+    4-D masks only (a 3-D one falls back to the unfused path, 6x slower); the size-1 batch
+    dimension broadcasts. Computed in fp32, added in the attention dtype."""
+    if not positions.has_bias:
+        return causal_mask(query_len, key_len, dtype, device) if causal and query_len > 1 and query_len != key_len else None
+    if cache is not None and query_len == key_len and next(iter(positions.parameters()), None) is None:
+        return cache.get(positions, key_len, dtype, device, causal)
+    return dense_bias(positions, query_len, key_len, device, causal)[None].to(dtype)
+
+
+def attention_bias(positions, x: Tensor, query_len: int, key_len: int, padding_mask: Optional[Tensor], *,
+                   causal: bool, kernel: str = "sdpa", dropout: bool = False,
+                   cache: Optional[SquareMaskCache] = None) -> AttentionBias:
+    """What every layer adds for these lengths: the T new queries are the last T of S positions
+    (incremental decoding: T = 1 over the cached keys). padding_mask: padded keys to mask (None if
+    the attention pattern already hides them). kernel: a name of kernels.KERNEL_NAMES; dropout:
+    attention dropout is on (training)."""
+    queries = torch.arange(key_len - query_len, key_len, device=x.device)
+    rotary = positions.rotary(queries)
+    chosen = choose_kernel(kernel, positions, x, query_len, padding_mask is not None, dropout)
+    if chosen != "sdpa":
+        return AttentionBias(kernel=build_kernel(chosen, positions, x.dtype), rotary=rotary, causal=causal)
+    mask = position_mask(positions, query_len, key_len, x.dtype, x.device, causal, cache)
+    if padding_mask is not None:
+        if mask is None:
+            mask = (causal_mask(query_len, key_len, x.dtype, x.device) if causal
+                    else x.new_zeros(1, 1, query_len, key_len))
+        mask = fold_padding(mask, padding_mask)
+    return AttentionBias(mask=mask, rotary=rotary, causal=causal)
 
 
 class RelativeSelfAttention(MultiheadAttention):
@@ -145,7 +145,7 @@ class RelativeSelfAttention(MultiheadAttention):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ):
-        # key_padding_mask is unused: PositionBiasFlow folds padding into attn_mask.mask.
+        # key_padding_mask is unused: attention_bias folds padding into attn_mask.mask.
         bias = attn_mask if attn_mask is not None else AttentionBias()
         tgt_len, bsz, embed_dim = query.size()
         # T x B x C -> B x heads x T x head_dim, for each projection

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from .alibi import alibi_slopes
+from .positions import PositionMethod, per_head
 
 VARIANTS = ("symmetric", "one_sided", "learned", "ruoss", "bialibi")
 LEARNED = ("learned", "bialibi")  # variants with trainable parameters
@@ -41,11 +42,6 @@ def check_variant(variant: str, num_heads: int):
     if variant == "one_sided" and num_heads % 2:
         raise ValueError(f"one_sided ALiBi gives half the heads to each side: the head count must be "
                          f"even, got {num_heads}")
-
-
-def per_head(values: Tensor, like: Tensor) -> Tensor:
-    """(heads,) -> (heads, 1, ..., 1), to broadcast against `like` (..., Tq, Tk)."""
-    return values.view(-1, *([1] * like.dim()))
 
 
 def two_sided_bias(past: Tensor, future: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor:
@@ -64,8 +60,11 @@ def one_sided_bias(slopes: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor
     return torch.cat([left.masked_fill(offset > 0, float("-inf")), left.masked_fill(offset < 0, float("-inf"))])
 
 
-class EncoderAlibi(nn.Module):
-    """One variant's parameters (if any) and its bias for given positions."""
+class EncoderAlibi(PositionMethod):
+    """One variant's parameters (if any) and its bias for given positions: a position method
+    (positions.py's interface) for encoders, registered as `alibi` (checkpoint keys *.alibi.*)."""
+
+    name = "alibi"
 
     def __init__(self, variant: str, num_heads: int):
         super().__init__()
@@ -101,6 +100,9 @@ class EncoderAlibi(nn.Module):
             first = ((query == 0) | (key == 0)) & (query != key)
             bias = torch.where(first, -per_head(self.first_token, first), bias)
         return bias
+
+    def bias(self, query_pos: Tensor, key_pos: Tensor) -> Tensor:
+        return self(query_pos, key_pos)
 
     def square(self, length: int, device=None) -> Tensor:
         """(heads, T, T) for a whole input of `length` tokens."""

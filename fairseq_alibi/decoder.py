@@ -1,78 +1,59 @@
-"""The decoder and LM glue shared by the plugin's position methods (ALiBi, rotary, T5 bias).
+"""The causal decoder and language model of every position method of the plugin.
 
-A transformer decoder without position embeddings. Before the layer loop it builds, from the
-current query and key lengths only, one AttentionBias that every layer's self-attention uses
-(attention.PositionBiasFlow, whose hooks each method fills): an additive mask (ALiBi, T5 bias;
-causal -inf folded in), the rotation of queries and keys (rotary), or a kernel that adds the
-bias itself (ALiBi in FlashAttention/FlexAttention, the blocked CPU kernel). So any batch size
-and evaluation length work, and incremental decoding gets each new query's row.
+One decoder class (PositionDecoder) holds its position method (positions.py; built and checked
+by factory.causal_positions) and, before the layer loop, builds from the current lengths one
+AttentionBias for every layer (attention.attention_bias): the method's bias with the causal mask
+folded in, the rotation of queries and keys, or a kernel that adds the bias itself. So any batch
+size and evaluation length work, and incremental decoding gets each new query's row. Each method
+is registered as `<method>_transformer_lm` with its own options (register_position_lm).
 """
 from typing import Dict, List, Optional
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from fairseq import options
+from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder
-from fairseq.models import register_model_architecture
-from fairseq.models.transformer_lm import (
-    TransformerLanguageModel,
-    base_lm_architecture,
-    transformer_lm_baevski_wiki103,
-)
+from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture, transformer_lm_baevski_wiki103
 from fairseq.modules import AdaptiveInput
 
-from .attention import (  # noqa: F401  (ConfigError, AttentionBias: imported from here too)
-    AttentionBias,
-    ConfigError,
-    PositionBiasFlow,
-    RelativeDecoderLayer,
-    RelativeSelfAttention,
-    is_right_padding,
-    wrap_layer,
-)
-
-# No position table, so nothing limits the length; fairseq takes the min over limits.
-UNBOUNDED_POSITIONS = 2**31 - 1
-# Queries per block of the blocked kernel (kernels.blocked_attention), and the longest forward
-# that `auto` leaves to the dense mask: up to 512 tokens the dense mask is faster on CPU
-# (benchmarks/attention-cpu.md: evaluation 1.6 against 2.4 ms at 512, 6.6 against 5.3 ms at
-# 1024; training 50 against 54 ms at 512, 96 against 76 ms at 1024).
-BLOCK = 256
-BLOCKED_ABOVE = 512
+from .attention import RelativeDecoderLayer, SquareMaskCache, attention_bias, is_right_padding, wrap_layer
+from .base import UNBOUNDED_POSITIONS, ConfigError, check_heads
+from .factory import causal_positions
 
 
-def check_args(args, method: str):
+def check_decoder_args(args, method: str):
     """Reject configurations that would silently mix `method` with something else."""
     if getattr(args, "decoder_learned_pos", False):
         raise ConfigError(
             f"--decoder-learned-pos adds position embeddings, which {method} replaces: drop the flag "
             "(for a learned-position baseline use stock --arch transformer_lm)"
         )
-    heads = getattr(args, "decoder_attention_heads", None)
-    if heads is None or heads < 1:
-        raise ConfigError(f"--decoder-attention-heads must be at least 1, got {heads}")
-    if args.decoder_embed_dim % heads != 0:
-        raise ConfigError(
-            f"--decoder-embed-dim ({args.decoder_embed_dim}) must be divisible by "
-            f"--decoder-attention-heads ({heads})"
-        )
+    check_heads(args.decoder_embed_dim, getattr(args, "decoder_attention_heads", None))
     if getattr(args, "character_embeddings", False):
         raise ConfigError("--character-embeddings is not supported: drop the flag")
     if getattr(args, "cross_self_attention", False):
         raise ConfigError(f"--cross-self-attention is not supported by the {method} decoder: drop it")
 
 
-def blocked_fits(x: Tensor, query_len: int, padding_mask: Optional[Tensor]) -> bool:
-    """Whether the blocked CPU kernel can take this forward: on CPU, without padding to mask
-    (fairseq's LM batches have none), longer than BLOCKED_ABOVE (the methods add their own
-    conditions: gradients, attention dropout)."""
-    return x.device.type == "cpu" and padding_mask is None and query_len > BLOCKED_ABOVE
+class PositionDecoder(TransformerDecoder):
+    """Transformer decoder without position embeddings; its self-attention adds what `positions`
+    says, through the attention kernel named `kernel`. Cross-attention (encoder-decoder models)
+    is fairseq's own, without positions."""
 
+    def __init__(self, args, dictionary, embed_tokens, positions: nn.Module, kernel: str = "auto",
+                 no_encoder_attn: bool = True):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        # Registered under the method's own name: its checkpoint keys (T5's decoder.relative_attention_bias.weight).
+        self.positions_name = positions.name
+        self.add_module(positions.name, positions)
+        self.attention_kernel = kernel
+        self.attention_dropout = getattr(args, "attention_dropout", 0.0)
+        self.mask_cache = SquareMaskCache()
 
-class RelativePositionDecoder(PositionBiasFlow, TransformerDecoder):
-    """Transformer decoder without position embeddings; a subclass fills PositionBiasFlow's
-    hooks to say what self-attention adds. Cross-attention (encoder-decoder models) is fairseq's
-    own, without positions."""
+    @property
+    def positions(self):
+        return self._modules[self.positions_name]
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)
@@ -112,7 +93,9 @@ class RelativePositionDecoder(PositionBiasFlow, TransformerDecoder):
             # fairseq's LM batches: padded keys lie in the future of every real query, so the
             # causal mask already hides them; only other padding has to be masked.
             padding_mask = None
-        bias = self.attention_bias(x, tokens.size(1), key_len, padding_mask)
+        bias = attention_bias(self.positions, x, tokens.size(1), key_len, padding_mask, causal=True,
+                              kernel=self.attention_kernel, cache=self.mask_cache,
+                              dropout=self.training and self.attention_dropout > 0)
 
         # Encoder-decoder models: cross-attention is fairseq's own, over the encoder's padding.
         encoder_states = encoder_out["encoder_out"][0] if encoder_out and encoder_out["encoder_out"] else None
@@ -140,15 +123,17 @@ class RelativePositionDecoder(PositionBiasFlow, TransformerDecoder):
         return super().upgrade_state_dict_named(state_dict, name)
 
 
-class RelativePositionLanguageModel(TransformerLanguageModel):
-    """A transformer LM whose decoder is `decoder_class`, named `method` in error messages."""
+class PositionLanguageModel(TransformerLanguageModel):
+    """A transformer LM with a PositionDecoder whose method is the class's `position_method`
+    (set by register_position_lm)."""
 
-    decoder_class = RelativePositionDecoder
-    method = "this position method"
+    position_method = "alibi"
+    method_name = "ALiBi"  # in error messages
 
     @classmethod
     def build_model(cls, args, task):
-        check_args(args, cls.method)
+        check_decoder_args(args, cls.method_name)
+        positions, kernel = causal_positions(cls.position_method, args)
         args.no_token_positional_embeddings = True
         if args.decoder_layers_to_keep:
             args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
@@ -175,7 +160,7 @@ class RelativePositionLanguageModel(TransformerLanguageModel):
                 "--tie-adaptive-weights needs --adaptive-input with the same cutoff, factor and "
                 "dimension as the adaptive softmax"
             )
-        return cls(cls.decoder_class(args, task.target_dictionary, embed_tokens))
+        return cls(PositionDecoder(args, task.target_dictionary, embed_tokens, positions, kernel))
 
 
 def small_architecture(args):
@@ -202,11 +187,16 @@ def wiki103_architecture(args):
     transformer_lm_baevski_wiki103(args)
 
 
-def register_architectures(model_name: str):
-    """`--arch <model>_small` and `--arch <model>_wiki103`; `--arch <model>` itself is the
-    config defaults, i.e. stock `--arch transformer_lm` dimensions (6 x 512, post-norm)."""
+def register_position_lm(method: str, method_name: str, config):
+    """`--arch <method>_transformer_lm` (the config's defaults: stock transformer_lm dimensions,
+    6 x 512, post-norm), `_small` and `_wiki103`, with the options of `config` (a dataclass)."""
+    model_name = f"{method}_transformer_lm"
+    cls = type(f"{method.title().replace('_', '')}TransformerLanguageModel", (PositionLanguageModel,),
+               {"position_method": method, "method_name": method_name, "__module__": __name__})
+    register_model(model_name, dataclass=config)(cls)
     register_model_architecture(model_name, f"{model_name}_small")(small_architecture)
     register_model_architecture(model_name, f"{model_name}_wiki103")(wiki103_architecture)
+    return cls
 
 
 # Stock fairseq flags giving the small architecture's dimensions with sinusoidal positions.

@@ -4,8 +4,9 @@ adds one of bidirectional.py's variants (--encoder-alibi), and two models built 
 - alibi_roberta (task masked_lm): RoBERTa with this encoder. --encoder-alibi none keeps
   fairseq's own RoBERTa encoder with sinusoidal positions (or, with --encoder-learned-pos,
   learned ones, i.e. stock --arch roberta): the twins.
-- alibi_transformer (task translation): this encoder, the causal ALiBi decoder (alibi_lm.py)
-  and fairseq's cross-attention, which has no positions (as in T5 and the fork's issue #5).
+- alibi_transformer (task translation): this encoder, the causal ALiBi decoder (decoder.py's
+  PositionDecoder with positions.Alibi) and fairseq's cross-attention, which has no positions (as
+  in T5 and the fork's issue #5).
 """
 from typing import Optional
 
@@ -19,33 +20,29 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
-from .alibi_lm import KERNELS, AlibiTransformerDecoder, check_alibi_args
-from .attention import ConfigError, PositionBiasFlow, RelativeEncoderLayer, config_check, wrap_layer
-from .bidirectional import VARIANTS, EncoderAlibi, check_variant
-from .decoder import UNBOUNDED_POSITIONS, check_args
+from .attention import RelativeEncoderLayer, attention_bias, wrap_layer
+from .base import UNBOUNDED_POSITIONS, ConfigError, check_heads
+from .bidirectional import VARIANTS
+from .decoder import PositionDecoder, check_decoder_args
+from .factory import causal_positions, encoder_positions
+from .kernels import KERNEL_NAMES
 
 
-class AlibiTransformerEncoder(PositionBiasFlow, TransformerEncoderBase):
-    """fairseq's transformer encoder without position embeddings; every layer adds the
-    variant's bias (shared by the layers, as in the paper) with padded keys masked."""
-
-    causal = False
+class AlibiTransformerEncoder(TransformerEncoderBase):
+    """fairseq's transformer encoder without position embeddings; every layer adds the bias of
+    its position method (bidirectional.EncoderAlibi, shared by the layers, as in the paper) with
+    padded keys masked."""
 
     def __init__(self, cfg, dictionary, embed_tokens, variant: str):
         cfg.no_token_positional_embeddings = True
         super().__init__(cfg, dictionary, embed_tokens)
-        self.alibi = EncoderAlibi(variant, cfg.encoder.attention_heads)
+        self.alibi = encoder_positions(variant, cfg.encoder.attention_heads)  # checkpoint keys *.alibi.*
 
     def build_encoder_layer(self, cfg):
         return wrap_layer(RelativeEncoderLayer(cfg), cfg)
 
     def max_positions(self):
         return UNBOUNDED_POSITIONS
-
-    def position_mask(self, query_len, key_len, dtype, device):
-        """(1, heads, T, T), rebuilt every forward: learned slopes need their gradient, and an
-        encoder's inputs change length with every batch."""
-        return self.alibi.square(key_len, device)[None].to(dtype)
 
     def forward_scriptable(self, src_tokens, src_lengths: Optional[Tensor] = None,
                            return_all_hiddens: bool = False, token_embeddings: Optional[Tensor] = None):
@@ -57,7 +54,8 @@ class AlibiTransformerEncoder(PositionBiasFlow, TransformerEncoderBase):
         x = x.transpose(0, 1)  # B x T x C -> T x B x C
 
         length = src_tokens.size(1)
-        bias = self.attention_bias(x, length, length, padding_mask if has_pads else None)
+        # Rebuilt every forward (no cache): learned slopes need their gradient.
+        bias = attention_bias(self.alibi, x, length, length, padding_mask if has_pads else None, causal=False)
         encoder_states = [x] if return_all_hiddens else []
         for layer in self.layers:
             x = layer(x, padding_mask if has_pads else None, attn_mask=bias)
@@ -83,14 +81,12 @@ def encoder_output(x: Tensor, src_tokens: Tensor, padding_idx: int, encoder_embe
 
 
 def check_encoder_args(args, left_padded: bool):
-    """Once, when the model is built."""
-    config_check(check_variant, args.encoder_alibi, args.encoder_attention_heads)
+    """Once, when the model is built (the variant itself: factory.encoder_positions)."""
     if getattr(args, "encoder_learned_pos", False):
         raise ConfigError("--encoder-learned-pos adds position embeddings, which encoder ALiBi replaces: "
                           "drop the flag (or use --encoder-alibi none for the position-embedding twin)")
-    if args.encoder_embed_dim % args.encoder_attention_heads:
-        raise ConfigError(f"--encoder-embed-dim ({args.encoder_embed_dim}) must be divisible by "
-                          f"--encoder-attention-heads ({args.encoder_attention_heads})")
+    check_heads(args.encoder_embed_dim, args.encoder_attention_heads, "encoder")
+    encoder_positions(args.encoder_alibi, args.encoder_attention_heads)
     if args.encoder_alibi == "bialibi" and left_padded:
         raise ConfigError("bialibi anchors its first-token term at index 0, which left padding moves: "
                           "pass --left-pad-source (in fairseq 0.12 that flag turns left padding off)")
@@ -186,7 +182,7 @@ class AlibiTransformerModel(TransformerModel):
         TransformerModel.add_args(parser)
         parser.add_argument("--encoder-alibi", choices=VARIANTS,
                             help="the bidirectional ALiBi variant (fairseq_alibi/bidirectional.py)")
-        parser.add_argument("--alibi-attention", choices=KERNELS,
+        parser.add_argument("--alibi-attention", choices=KERNEL_NAMES,
                             help="the decoder's attention kernel, as for alibi_transformer_lm")
 
     @classmethod
@@ -194,8 +190,8 @@ class AlibiTransformerModel(TransformerModel):
         position_defaults(args, "symmetric")
         transformer_base_architecture(args)
         check_encoder_args(args, left_padded=getattr(args, "left_pad_source", True))
-        check_args(args, "ALiBi")
-        check_alibi_args(args)
+        check_decoder_args(args, "ALiBi")
+        causal_positions("alibi", args)  # the decoder's options, checked before anything is built
         args.no_token_positional_embeddings = True
         args.max_source_positions = args.max_target_positions = UNBOUNDED_POSITIONS
         return super().build_model(args, task)
@@ -206,8 +202,9 @@ class AlibiTransformerModel(TransformerModel):
 
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
-        return AlibiTransformerDecoder(TransformerConfig.from_namespace(cfg), tgt_dict, embed_tokens,
-                                       no_encoder_attn=False)
+        positions, kernel = causal_positions("alibi", cfg)
+        return PositionDecoder(TransformerConfig.from_namespace(cfg), tgt_dict, embed_tokens, positions, kernel,
+                               no_encoder_attn=False)
 
 
 # Stock fairseq flags giving alibi_transformer_small's dimensions with sinusoidal positions.

@@ -1,14 +1,19 @@
-"""Attention kernels that compute the ALiBi bias themselves, so no heads x T x S mask exists.
+"""Attention kernels, chosen by name from a registry that knows which bias each can take.
 
 Pure torch (plus flash-attn where installed), no fairseq import. q, k, v are (batch, heads, T, d),
-queries bottom-right aligned with keys (the last T of S positions), as in alibi.alibi_mask.
-- flash: FlashAttention-2 (>= 2.4, CUDA, fp16/bf16) with `alibi_slopes` (fp32, in registers).
-- flex: PyTorch FlexAttention with the bias as a `score_mod` and the causal pattern as a block
-  mask, future blocks skipped (compiled on GPU; eager elsewhere, which materializes the scores
-  and is meant for testing).
+queries bottom-right aligned with keys (the last T of S positions), as in alibi.alibi_mask. What
+a kernel can take is read from the position method's interface (positions.py): `has_bias`,
+`linear_slopes` (the bias is -m (i - j)), `constant_beyond()` (one constant per head past a window).
+- sdpa: PyTorch's scaled_dot_product_attention with the dense (1, heads, T, S) mask; takes any bias.
+- flash: FlashAttention-2 (>= 2.4, CUDA, fp16/bf16) with `alibi_slopes` (fp32, in registers), or
+  plain causal attention for a method without bias (rotary, NoPE).
+- flex: PyTorch FlexAttention with the ALiBi bias as a `score_mod` (or none) and the causal pattern
+  as a block mask, future blocks skipped (compiled on GPU; eager elsewhere, which materializes
+  the scores and is meant for testing).
 - blocked: PyTorch's fused CPU kernel on blocks of queries, for long inputs on CPU; memory
   heads x block x (window + block) for the bias instead of heads x T x S (see blocked_attention;
-  with gradients for ALiBi, BlockedAlibiAttention).
+  with gradients for ALiBi, BlockedAlibiAttention; T5's constant-beyond-a-window bias at evaluation).
+choose_kernel picks one for an input; attention (attention.attention_bias) then calls build_kernel.
 """
 import math
 from typing import Optional
@@ -16,11 +21,21 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .base import warn_once
+
 try:  # optional: GPU users install it themselves
     import flash_attn
     from flash_attn import flash_attn_func
 except ImportError:
     flash_attn = None
+
+KERNEL_NAMES = ("auto", "sdpa", "flash", "flex", "blocked")
+# Queries per block of the blocked kernel, and the longest input that `auto` leaves to the dense
+# mask: up to 512 tokens the dense mask is faster on CPU (benchmarks/attention-cpu.md: evaluation
+# 1.6 against 2.4 ms at 512, 6.6 against 5.3 ms at 1024; training 50 against 54 ms at 512, 96
+# against 76 ms at 1024).
+BLOCK = 256
+BLOCKED_ABOVE = 512
 
 
 def flash_installed() -> Optional[str]:
@@ -42,21 +57,99 @@ def flash_available(x: Tensor) -> Optional[str]:
     return why_not
 
 
-class InKernelBias:
-    """Passed to the layers in place of a mask: which kernel adds the bias, with which slopes."""
+def takes_bias(kernel: str, positions) -> Optional[str]:
+    """None if `kernel` can ever add this method's bias, else why not (checked at build for a
+    kernel asked for by name)."""
+    linear = positions.linear_slopes is not None
+    if kernel in ("flash", "flex") and positions.has_bias and not linear:
+        return f"{kernel} adds ALiBi's per-head slopes or no bias, not this method's bias"
+    if kernel == "blocked" and not (linear or positions.constant_beyond() is not None):
+        return "blocked needs a bias that is -m (i - j) (ALiBi) or constant past a window (T5 bias)"
+    if kernel == "blocked" and not positions.has_bias:
+        return "blocked is for biased attention; a method without bias takes sdpa's fused kernel"
+    return None
 
-    def __init__(self, kernel: str, slopes: Tensor):
+
+def unusable(kernel: str, positions, x: Tensor, query_len: int, dropout: bool) -> Optional[str]:
+    """None if `kernel` can run this input (x: the layer input, dropout: attention dropout in
+    training), else why not."""
+    why_not = takes_bias(kernel, positions)
+    if why_not is None and kernel == "flash":
+        why_not = flash_available(x)
+    if why_not is None and kernel == "blocked":
+        if x.device.type != "cpu":
+            why_not = "it runs on CPU only"
+        elif positions.linear_slopes is None and torch.is_grad_enabled():
+            why_not = "its T5 path is for evaluation (the learned bias needs the mask's gradient)"
+    if why_not is None and kernel in ("flex", "blocked") and dropout:
+        why_not = "it has no attention dropout (training with attention dropout)"
+    return why_not
+
+
+def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding: bool, dropout: bool) -> str:
+    """The kernel for this input. Padding to fold in needs the dense mask (sdpa). auto: flash
+    where it can run, else blocked on CPU for inputs longer than BLOCKED_ABOVE, else sdpa. A kernel
+    asked for by name that cannot run this input leaves it to sdpa, which computes the same, with
+    one warning: never an error from inside forward (what can never work is refused at build)."""
+    if requested == "sdpa" or padding:
+        return "sdpa"
+    if requested == "auto":
+        if unusable("flash", positions, x, query_len, dropout) is None:
+            return "flash"
+        if query_len > BLOCKED_ABOVE and unusable("blocked", positions, x, query_len, dropout) is None:
+            return "blocked"
+        return "sdpa"
+    why_not = unusable(requested, positions, x, query_len, dropout)
+    if why_not:
+        warn_once(f"attention kernel {requested} cannot run here ({why_not}): using sdpa, which computes "
+                  "the same; choose auto to let the model pick")
+        return "sdpa"
+    return requested
+
+
+def build_kernel(kernel: str, positions, dtype):
+    """What the layers call in place of sdpa for a kernel chosen by choose_kernel."""
+    if kernel in ("flash", "flex"):
+        return InKernelBias(kernel, positions.linear_slopes)
+    if positions.linear_slopes is not None:  # ALiBi: the diagonal block's mask, the same for every block
+        return BlockedBias(band_bias(positions, 0, BLOCK, dtype), 0, far_slopes=positions.linear_slopes)
+    window, far = positions.constant_beyond()
+    return BlockedBias(band_bias(positions, window, BLOCK, dtype), window, far_bias=far)
+
+
+def band_bias(positions, window: int, block: int, dtype) -> Tensor:
+    """(heads, block, window + block): the bias of a block of queries over its own keys and the
+    `window` keys before them, -inf on the future; the same for every block (relative bias)."""
+    keys = torch.arange(window + block, device=positions_device(positions))
+    queries = keys[window:]
+    bias = positions.bias(queries, keys)
+    return bias.masked_fill(keys[None, None, :] > queries[None, :, None], float("-inf")).to(dtype)
+
+
+def positions_device(positions):
+    tensor = next(iter(positions.parameters()), None)
+    if tensor is None:
+        tensor = next(iter(positions.buffers()), None)
+    return tensor.device if tensor is not None else torch.device("cpu")
+
+
+class InKernelBias:
+    """Passed to the layers in place of a mask: which kernel adds the bias, with which slopes
+    (None: no bias, plain causal attention)."""
+
+    def __init__(self, kernel: str, slopes: Optional[Tensor]):
         assert kernel in ("flash", "flex")
         self.kernel, self.slopes = kernel, slopes
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
         if self.kernel == "flash":
             # FA2's causal mask is bottom-right aligned (>= 2.1), as ours; its layout is (B, T, H, d).
+            slopes = None if self.slopes is None else self.slopes.float()
             out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                  dropout_p=dropout_p, causal=True, alibi_slopes=self.slopes.float())
+                                  dropout_p=dropout_p, causal=True, alibi_slopes=slopes)
             return out.transpose(1, 2)
         if dropout_p > 0:
-            raise ValueError("FlexAttention has no attention dropout: use --alibi-attention sdpa to train with it")
+            raise ValueError("FlexAttention has no attention dropout: train with the sdpa kernel")
         return flex_alibi_attention(q, k, v, self.slopes)
 
 
@@ -72,8 +165,7 @@ class BlockedBias:
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
         if dropout_p > 0:
-            raise ValueError("the blocked attention kernel has no attention dropout: use "
-                             "--alibi-attention auto or sdpa to train with it")
+            raise ValueError("the blocked attention kernel has no attention dropout: train with the sdpa kernel")
         if self.far_slopes is not None and self.window == 0:
             return BlockedAlibiAttention.apply(q, k, v, self.near_bias, self.far_slopes, self.near_bias.size(1))
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
@@ -86,14 +178,14 @@ _compiled_flex = None
 _flex_block_mask = None  # (query length, key length, device), its block mask
 
 
-def flex_alibi_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor) -> Tensor:
-    """The bias in a score_mod; the causal pattern in a block mask, so that the compiled kernel
-    skips the blocks wholly in the future instead of computing and discarding them."""
+def flex_alibi_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Optional[Tensor]) -> Tensor:
+    """The bias in a score_mod (slopes None: none); the causal pattern in a block mask, so that the
+    compiled kernel skips the blocks wholly in the future instead of computing and discarding them."""
     global _compiled_flex
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     offset = k.size(2) - q.size(2)
-    slopes = slopes.float()
+    slopes = slopes.float() if slopes is not None else None
 
     def alibi_score(score, batch, head, q_idx, kv_idx):
         return score - slopes[head] * (q_idx + offset - kv_idx)  # -m (i - j)
@@ -106,11 +198,12 @@ def flex_alibi_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor) -> Ten
     if _flex_block_mask is None or _flex_block_mask[0] != key:  # the same for every layer and step
         _flex_block_mask = (key, create_block_mask(causal, None, None, q.size(2), k.size(2), device=q.device))
     block_mask = _flex_block_mask[1]
+    score_mod = alibi_score if slopes is not None else None
     if q.is_cuda:
         if _compiled_flex is None:
             _compiled_flex = torch.compile(flex_attention, dynamic=True)
-        return _compiled_flex(q, k, v, score_mod=alibi_score, block_mask=block_mask)
-    return flex_attention(q, k, v, score_mod=alibi_score, block_mask=block_mask)
+        return _compiled_flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
 
 def attention_with_lse(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], scale: float):

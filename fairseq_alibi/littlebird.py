@@ -51,9 +51,9 @@ PAPER_PACK_LENGTH = 64
 def check_littlebird(block_size: int, pack_length: int, embed_dim: int, num_heads: int):
     """ValueError naming the fix for settings the layer cannot run with."""
     if block_size < 1:
-        raise ValueError(f"--block-size must be at least 1 token, got {block_size}")
+        raise ValueError(f"the block size must be at least 1 token, got {block_size}")
     if pack_length < 1:
-        raise ValueError(f"--pack-length must be at least 1 (the pack is how tokens outside a window "
+        raise ValueError(f"the pack length must be at least 1 (the pack is how tokens outside a window "
                          f"are seen), got {pack_length}")
     if num_heads < 1 or embed_dim % num_heads:
         raise ValueError(f"the embedding dimension ({embed_dim}) must be a positive multiple of the "
@@ -98,7 +98,7 @@ def window_bias(alibi: EncoderAlibi, length: int, block_size: int, padding_mask:
     key_blocks = window_key_blocks(length // block_size, row_blocks)
     query_pos = torch.arange(length, device=key_blocks.device).view(1, key_blocks.size(1), -1)  # (1, groups, queries)
     key_pos = (key_blocks[..., None] * block_size + torch.arange(block_size, device=key_blocks.device)).flatten(2)
-    window = alibi(query_pos.expand(key_pos.size(0), -1, -1), key_pos).transpose(0, 1)
+    window = alibi.bias(query_pos.expand(key_pos.size(0), -1, -1), key_pos).transpose(0, 1)
     past, future = alibi.past_future_slopes()
     return WindowBias(block_size, key_blocks, window, -(past + future) / 2 * block_size)
 

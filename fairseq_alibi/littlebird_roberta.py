@@ -17,10 +17,9 @@ from fairseq.models.roberta.model import base_architecture as roberta_base_archi
 from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
-from .attention import ConfigError, config_check
-from .bidirectional import EncoderAlibi
-from .decoder import UNBOUNDED_POSITIONS
+from .base import UNBOUNDED_POSITIONS, ConfigError, config_check
 from .encoder import UnboundedRobertaEncoder, encoder_output, roberta_small_dims
+from .factory import encoder_positions
 from .littlebird import (PAPER_BLOCK_SIZE, PAPER_PACK_LENGTH, LittleBirdLayer, check_littlebird, insert_padding,
                          pad_to_blocks, take_back, window_bias)
 
@@ -34,7 +33,7 @@ class LittleBirdEncoder(TransformerEncoderBase):
     def __init__(self, cfg, dictionary, embed_tokens, block_size: int, pack_length: int, padding_insertion: float):
         cfg.no_token_positional_embeddings = True
         super().__init__(cfg, dictionary, embed_tokens)
-        self.alibi = EncoderAlibi("bialibi", cfg.encoder.attention_heads)
+        self.alibi = encoder_positions("bialibi", cfg.encoder.attention_heads)  # the positions interface
         self.block_size, self.padding_insertion = block_size, padding_insertion
         embed_dim = cfg.encoder.embed_dim
         self.pack = nn.Parameter(torch.randn(pack_length, embed_dim) * embed_dim ** -0.5)  # P, as LUNA's
@@ -88,7 +87,7 @@ class LittleBirdRobertaEncoder(UnboundedRobertaEncoder):
 def check_littlebird_args(args):
     """Once, when the model is built."""
     config_check(check_littlebird, args.block_size, args.pack_length, args.encoder_embed_dim,
-                 args.encoder_attention_heads)
+                 args.encoder_attention_heads, flags="--block-size/--pack-length/--encoder-embed-dim")
     if not 0 <= args.padding_insertion <= 16:
         raise ConfigError(f"--padding-insertion is the padding inserted per training input as a fraction of "
                           f"its length (0 = off): use 0 to 16, got {args.padding_insertion}")

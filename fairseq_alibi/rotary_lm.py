@@ -1,50 +1,30 @@
-"""Rotary transformer LM (RoFormer / GPT-J style): queries and keys rotated in every layer,
-no position embeddings. One of the paper's baselines (its Tables 1-6)."""
+"""Rotary transformer LM (`--arch rotary_transformer_lm[_small|_wiki103]`; RoFormer / GPT-J
+style, positions.Rotary): queries and keys rotated in every layer, no position embeddings. One of
+the paper's baselines (its Tables 1-6). At evaluation, --rotary-scaling linear|ntk|yarn extends it
+past its training length without retraining (rotary.py), as ALiBi's slope scaling does."""
 from dataclasses import dataclass, field
+from typing import Optional
 
-import torch
-
-from fairseq.models import register_model
+from fairseq.dataclass import ChoiceEnum
 from fairseq.models.transformer_lm import TransformerLanguageModelConfig
 
-from .decoder import (
-    ConfigError,
-    RelativePositionDecoder,
-    RelativePositionLanguageModel,
-    register_architectures,
-)
-from .rotary import rotary_angles
-
-
-class RotaryTransformerDecoder(RelativePositionDecoder):
-    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True):
-        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
-        self.head_dim = args.decoder_embed_dim // args.decoder_attention_heads
-        self.rotary_base = args.rotary_base
-
-    def rotary_angles(self, query_len, key_len, device):
-        # The T new tokens sit at positions S-T .. S-1 (all cached keys came before them).
-        positions = torch.arange(key_len - query_len, key_len, device=device)
-        return rotary_angles(positions, self.head_dim, self.rotary_base)
+from .decoder import register_position_lm
+from .rotary import ROTARY_SCALINGS
 
 
 @dataclass
 class RotaryTransformerLanguageModelConfig(TransformerLanguageModelConfig):
     rotary_base: float = field(default=10000.0, metadata={"help": "theta_k = base^(-2k/head_dim)"})
+    rotary_scaling: ChoiceEnum(list(ROTARY_SCALINGS)) = field(
+        default="none",
+        metadata={"help": "at inference, no retraining: linear (positions / s), ntk (base * "
+                  "s^(d/(d-2))), yarn (per-frequency ramp and attention temperature 0.1 ln s + 1; "
+                  "needs rotary_train_length); set it with --model-overrides"},
+    )
+    rotary_scaling_factor: float = field(
+        default=1.0, metadata={"help": "s >= 1: L_valid / L_train extends the training length to L_valid"})
+    rotary_train_length: Optional[int] = field(
+        default=None, metadata={"help": "the training --tokens-per-sample, needed by yarn"})
 
 
-@register_model("rotary_transformer_lm", dataclass=RotaryTransformerLanguageModelConfig)
-class RotaryTransformerLanguageModel(RelativePositionLanguageModel):
-    decoder_class = RotaryTransformerDecoder
-    method = "rotary"
-
-    @classmethod
-    def build_model(cls, args, task):
-        head_dim = args.decoder_embed_dim // max(args.decoder_attention_heads, 1)
-        if head_dim % 2:
-            raise ConfigError(f"rotary rotates pairs of dimensions: the head dimension "
-                              f"({args.decoder_embed_dim} / {args.decoder_attention_heads} heads) must be even")
-        return super().build_model(args, task)
-
-
-register_architectures("rotary_transformer_lm")
+RotaryTransformerLanguageModel = register_position_lm("rotary", "rotary", RotaryTransformerLanguageModelConfig)

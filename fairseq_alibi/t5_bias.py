@@ -14,8 +14,8 @@ from torch import Tensor
 def check_buckets(num_buckets: int, max_distance: int):
     """ValueError naming the fix for bucket settings T5's scheme cannot use."""
     if not (num_buckets >= 2 and max_distance > num_buckets // 2):
-        raise ValueError(f"T5 bias needs --t5-num-buckets >= 2 and --t5-max-distance > half of it, "
-                         f"got {num_buckets} and {max_distance}")
+        raise ValueError(f"T5 bias needs at least 2 buckets and a maximum distance above half their number, "
+                         f"got {num_buckets} buckets and maximum distance {max_distance}")
 
 
 def t5_buckets(distance: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:

@@ -1,5 +1,7 @@
 """The position methods written out naively, one head and one query at a time: an independent
-reference for the models (the paper's equations, RoFormer's rotation, T5's buckets)."""
+reference for the models (the paper's equations, RoFormer's rotation, T5's buckets, KERPLE's
+kernels, Sandwich's cosine sum, FIRE's MLP of the normalised log distance)."""
+import functools
 import math
 
 import torch
@@ -30,17 +32,54 @@ def naive_t5_bucket(distance, num_buckets=32, max_distance=128):
     return min(bucket, num_buckets - 1)
 
 
+def naive_mlp(mlp, value):
+    """FIRE's f (Linear 1 -> w, ReLU, Linear w -> heads) of one scalar, written out."""
+    first, last = mlp[0], mlp[2]
+    hidden = [max(0.0, float(first.weight[u, 0]) * value + float(first.bias[u])) for u in range(first.out_features)]
+    return [sum(float(last.weight[h, u]) * hidden[u] for u in range(len(hidden))) + float(last.bias[h])
+            for h in range(last.out_features)]
+
+
+def naive_bias(positions, heads, head_dim):
+    """bias(h, i, j) of a causal position method (keys j <= i), from its formula and parameters."""
+    kind = type(positions).__name__
+    if kind in ("Rotary", "NoPositions"):
+        return lambda h, i, j: 0.0
+    if kind == "T5Bias":
+        table = positions.weight
+        return lambda h, i, j: float(table[naive_t5_bucket(i - j, positions.num_buckets, positions.max_distance), h])
+    if kind == "Kerple":
+        r1, r2 = positions.r1.tolist(), positions.r2.tolist()
+        if positions.variant == "log":
+            return lambda h, i, j: -r1[h] * math.log(1 + r2[h] * abs(i - j))
+        return lambda h, i, j: -r1[h] * abs(i - j) ** r2[h]
+    if kind == "Sandwich":
+        d = head_dim
+        return lambda h, i, j: ((sum(math.cos(abs(i - j) / 10000 ** (2 * k / d)) for k in range(1, d // 2 + 1)) - d / 2)
+                                / (8 * (h + 1) / heads))
+    if kind == "Fire":
+        c, L = float(positions.c), abs(float(positions.threshold_multiplier) * positions.init_threshold)
+
+        @functools.lru_cache(maxsize=None)
+        def fire_heads(i, j):
+            x = math.log(c * abs(i - j) + 1) / (math.log(c * max(L, i) + 1) + 1e-6)
+            return naive_mlp(positions.mlp, x)
+        return lambda h, i, j: fire_heads(i, j)[h]
+    assert kind == "Alibi" and positions.scaling in ("none", "linear", "ntk")
+    slopes = positions.slopes.tolist() if positions.scaling != "none" else alibi_slopes(heads)
+    return lambda h, i, j: -slopes[h] * (i - j)
+
+
 def position_terms(model):
     """(bias(h, i, j), rotate(u, position)) of the model's position method."""
     dec = model.decoder
-    name = type(dec).__name__
-    if name.startswith("Rotary"):
-        return (lambda h, i, j: 0.0), (lambda u, p: naive_rotate(u, p, dec.rotary_base))
-    if name.startswith("T5"):
-        table = dec.relative_attention_bias.weight
-        return (lambda h, i, j: table[naive_t5_bucket(i - j, dec.num_buckets, dec.max_distance), h]), None
-    slopes = alibi_slopes(dec.layers[0].self_attn.num_heads)
-    return (lambda h, i, j: -slopes[h] * (i - j)), None
+    positions = dec.positions
+    attn = dec.layers[0].self_attn
+    rotate = None
+    if type(positions).__name__ == "Rotary":
+        assert positions.scaling == "none"
+        rotate = lambda u, p: naive_rotate(u, p, positions.base)  # noqa: E731
+    return naive_bias(positions, attn.num_heads, attn.head_dim), rotate
 
 
 def naive_attention(attn, x, bias, rotate=None):

@@ -5,8 +5,17 @@ import torch
 from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits
 from fairseq_alibi.alibi import alibi_mask, alibi_slopes, scale_slopes
-from fairseq_alibi.decoder import BLOCK, BLOCKED_ABOVE, ConfigError
-from fairseq_alibi.kernels import BlockedAlibiAttention, blocked_attention, flash_available, flash_installed
+from fairseq_alibi.base import ConfigError
+from fairseq_alibi.kernels import BLOCK, BLOCKED_ABOVE
+from fairseq_alibi.kernels import (BlockedAlibiAttention, blocked_attention, build_kernel, choose_kernel,
+                                   flash_available, flash_installed)
+
+
+def chosen(model, x, length, padding=False):
+    """The kernel the model's decoder picks for an input of `length` tokens (x: its dtype and device)."""
+    dec = model.decoder
+    return choose_kernel(dec.attention_kernel, dec.positions, x, length, padding,
+                         dec.training and dec.attention_dropout > 0)
 
 
 def twins(kernel, dtype=torch.float32, device="cpu"):
@@ -27,7 +36,7 @@ def test_auto_uses_the_reference_path_without_flash_attention():
     model, _ = build_model(extra=TINY)
     x = torch.zeros(1, 1)
     expected = "flash" if flash_available(x) is None else "sdpa"
-    assert model.decoder.choose_kernel(x, 16, None) == expected
+    assert chosen(model, x, 16) == expected
 
 
 def test_forcing_flash_without_flash_attn_is_a_one_line_error_when_built():
@@ -41,10 +50,10 @@ def test_forcing_flash_without_flash_attn_is_a_one_line_error_when_built():
 def test_a_kernel_that_cannot_take_the_input_leaves_it_to_sdpa(monkeypatch, caplog):
     """No configuration error from inside forward: flash on a CPU fp32 input (flash-attn present),
     blocked or flex while training with attention dropout, run as sdpa, with one warning."""
-    import fairseq_alibi.alibi_lm as alibi_lm
-    import fairseq_alibi.attention as attention
+    import fairseq_alibi.base as base
+    import fairseq_alibi.factory as factory
 
-    monkeypatch.setattr(alibi_lm, "flash_installed", lambda: None)  # as if flash-attn were installed
+    monkeypatch.setattr(factory, "flash_installed", lambda: None)  # as if flash-attn were installed
     for kernel, flags, mode in [("flash", [], "eval"), ("blocked", ["--attention-dropout", "0.1"], "train"),
                                 ("flex", ["--attention-dropout", "0.1"], "train")]:
         torch.manual_seed(0)
@@ -52,9 +61,9 @@ def test_a_kernel_that_cannot_take_the_input_leaves_it_to_sdpa(monkeypatch, capl
         x = torch.zeros(1, 1)
         getattr(model, mode)()
         caplog.clear()
-        attention._warned.clear()
-        assert model.decoder.choose_kernel(x, BLOCK + 8, None) == "sdpa"
-        assert caplog.text.count(f"--alibi-attention {kernel} cannot run here") == 1
+        base._warned.clear()
+        assert chosen(model, x, BLOCK + 8) == "sdpa"
+        assert caplog.text.count(f"attention kernel {kernel} cannot run here") == 1
     torch.manual_seed(0)
     reference, d = build_model(extra=[*TINY, "--alibi-attention", "sdpa"])
     torch.manual_seed(0)
@@ -87,12 +96,12 @@ def documented_flash_attn_func(q, k, v, dropout_p=0.0, causal=False, alibi_slope
 
 def test_flash_path_passes_fa2_its_layout_and_slopes(monkeypatch):
     """On CPU the real kernel cannot run: check our call against FA2's documented contract."""
-    import fairseq_alibi.alibi_lm as alibi_lm
+    import fairseq_alibi.factory as factory
     import fairseq_alibi.kernels as kernels
 
     monkeypatch.setattr(kernels, "flash_attn_func", documented_flash_attn_func, raising=False)
-    monkeypatch.setattr(alibi_lm, "flash_available", lambda x: None)
-    monkeypatch.setattr(alibi_lm, "flash_installed", lambda: None)
+    monkeypatch.setattr(kernels, "flash_available", lambda x: None)
+    monkeypatch.setattr(factory, "flash_installed", lambda: None)
     reference, flash, d = twins("flash")
     assert_same_logits(flash, reference, random_tokens(len(d), 2, 20))
 
@@ -150,8 +159,8 @@ def test_auto_evaluates_long_inputs_on_cpu_with_the_blocked_kernel(extra, length
     torch.manual_seed(0)
     model, _ = build_model(extra=[*TINY, *extra])
     x = torch.zeros(1, 1)
-    assert model.decoder.choose_kernel(x, BLOCKED_ABOVE + 1, None) == "blocked"
-    assert model.decoder.choose_kernel(x, BLOCKED_ABOVE, None) == "sdpa"
+    assert chosen(model, x, BLOCKED_ABOVE + 1) == "blocked"
+    assert chosen(model, x, BLOCKED_ABOVE) == "sdpa"
     assert_same_logits(model, reference, random_tokens(len(d), 2, length))
 
 
@@ -190,12 +199,12 @@ def test_training_takes_the_blocked_kernel_unless_it_needs_attention_dropout():
             layer.dropout_module.p = layer.activation_dropout_module.p = 0.0
         m(tokens)[0].float().pow(2).mean().backward()
         grads.append({n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None})
-    assert model.decoder.choose_kernel(torch.zeros(1), 600, None) == "blocked"
+    assert chosen(model, torch.zeros(1), 600) == "blocked"
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-6, msg=name)
     model.decoder.attention_dropout = 0.1
-    assert model.decoder.choose_kernel(torch.zeros(1), 600, None) == "sdpa"
+    assert chosen(model, torch.zeros(1), 600) == "sdpa"
 
 
 def test_t5_bias_evaluates_long_inputs_with_the_blocked_kernel():
@@ -208,7 +217,9 @@ def test_t5_bias_evaluates_long_inputs_with_the_blocked_kernel():
         blocked = model(tokens)[0]
     with torch.enable_grad():  # the dense mask: gradients flow through it
         dense = model(tokens)[0].detach()
-    assert model.decoder.in_kernel_bias(torch.zeros(1), 700, None) is None  # (grad enabled here)
+    assert chosen(model, torch.zeros(1), 700) == "sdpa"  # (grad enabled here)
+    with torch.no_grad():
+        assert chosen(model, torch.zeros(1), 700) == "blocked"
     torch.testing.assert_close(blocked, dense, rtol=1e-4, atol=1e-5)
 
 
@@ -223,7 +234,8 @@ def test_blocked_kernel_trains_with_attention_dropout_through_sdpa():
     a = model(tokens)[0]
     torch.manual_seed(2)
     assert not torch.allclose(a, model(tokens)[0])  # dropout is applied
-    bias = model.eval().decoder.in_kernel_bias(torch.zeros(1), BLOCKED_ABOVE + 8, None)
+    assert chosen(model.eval(), torch.zeros(1), BLOCKED_ABOVE + 8) == "blocked"
+    bias = build_kernel("blocked", model.decoder.positions, torch.float32)
     with pytest.raises(ValueError, match="no attention dropout"):
         bias.attend(*torch.randn(3, 1, 4, 8, 8), dropout_p=0.1)
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import build_model, random_tokens
-from fairseq_alibi.attention import ConfigError
+from fairseq_alibi.base import ConfigError
 from fairseq_alibi.bidirectional import EncoderAlibi
 from fairseq_alibi.littlebird import (LittleBirdLayer, Projections, dense_window_attention, insert_padding,
                                       pack_attention, pad_to_blocks, take_back, unpacked_window_attention,
@@ -249,8 +249,8 @@ def test_padding_insertion_round_trip_and_training_step():
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--block-size", "0"], "--block-size must be at least 1"),
-    (["--pack-length", "0"], "--pack-length must be at least 1"),
+    (["--block-size", "0"], "the block size must be at least 1"),
+    (["--pack-length", "0"], "the pack length must be at least 1"),
     (["--padding-insertion", "-1"], "--padding-insertion"),
     (["--encoder-normalize-before"], "post-norm"),
     (["--encoder-attention-heads", "3"], "multiple of the head count"),
@@ -273,4 +273,4 @@ def test_paper_defaults_and_the_command_line_refusal(wt2_slice, tmp_path):
                            "--arch", "littlebird_roberta_small", "--block-size", "0", "--cpu", "--max-tokens", "512",
                            "--save-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "--block-size must be at least 1" in proc.stderr.strip().splitlines()[-1]
+    assert "--block-size/--pack-length/--encoder-embed-dim: the block size must be at least 1" in proc.stderr.strip().splitlines()[-1]

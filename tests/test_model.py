@@ -5,7 +5,14 @@ import torch
 from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits, naive_attention, naive_model
 from fairseq_alibi.alibi import alibi_slopes
-from fairseq_alibi.decoder import SMALL_TWIN_FLAGS, ConfigError
+from fairseq_alibi.base import ConfigError
+from fairseq_alibi.decoder import SMALL_TWIN_FLAGS
+from fairseq_alibi.attention import attention_bias, position_mask
+
+
+def mask_of(dec, query_len, key_len, dtype=torch.float32):
+    """The decoder's dense mask for these lengths, through its cache as a forward gets it."""
+    return position_mask(dec.positions, query_len, key_len, dtype, "cpu", True, dec.mask_cache)
 
 
 @pytest.mark.parametrize("heads", [4, 6])
@@ -24,7 +31,7 @@ def test_one_attention_layer_matches_naive_equation(tiny_model):
     dec = tiny_model.decoder
     attn = dec.layers[0].self_attn
     x = torch.randn(9, 2, attn.embed_dim)  # T x B x C, as fairseq passes it
-    bias = dec.attention_bias(x, 9, 9, None)
+    bias = attention_bias(dec.positions, x, 9, 9, None, causal=True)
     with torch.no_grad():
         got, _ = attn(x, x, x, attn_mask=bias)
         slopes = alibi_slopes(attn.num_heads)
@@ -57,7 +64,7 @@ def test_incremental_decoding_applies_the_bias():
         state = {}
         for t in range(10):
             with_bias = model(tokens[:, : t + 1], incremental_state=state)[0]
-        model.decoder.alibi_slopes.zero_()
+        model.decoder.positions.slopes.zero_()
         state = {}
         for t in range(10):
             without = model(tokens[:, : t + 1], incremental_state=state)[0]
@@ -123,8 +130,8 @@ def test_mask_is_accepted_by_the_fused_attention_kernel(tiny_model):
     on CPU at L=512): the decoder's mask must run with only the fused kernel allowed."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    tiny_model.decoder.position_mask(100, 100, torch.float32, "cpu")  # cache a larger mask first
-    mask = tiny_model.decoder.position_mask(64, 64, torch.float32, "cpu")  # a slice of it
+    mask_of(tiny_model.decoder, 100, 100)  # cache a larger mask first
+    mask = mask_of(tiny_model.decoder, 64, 64)  # a slice of it
     heads = tiny_model.decoder.layers[0].self_attn.num_heads
     q = k = v = torch.randn(3, heads, 64, 8)
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -136,7 +143,7 @@ def test_mask_is_accepted_by_the_fused_attention_kernel(tiny_model):
 
 def test_mask_does_not_grow_with_batch_size(tiny_model, monkeypatch):
     """Every layer receives one (1, heads, T, T) mask, whatever the batch size."""
-    from fairseq_alibi.decoder import RelativeSelfAttention
+    from fairseq_alibi.attention import RelativeSelfAttention
 
     shapes = []
     original = RelativeSelfAttention.forward
@@ -157,9 +164,9 @@ def test_cached_mask_serves_shorter_batches_and_follows_slope_changes(tiny_model
     from fairseq_alibi.alibi import alibi_mask
 
     dec = tiny_model.decoder
-    long, short = dec.position_mask(30, 30, torch.float32, 'cpu'), dec.position_mask(20, 20, torch.float32, 'cpu')
-    assert torch.equal(short, alibi_mask(dec.alibi_slopes, 20, 20)[None])
+    long, short = mask_of(dec, 30, 30), mask_of(dec, 20, 20)
+    assert torch.equal(short, alibi_mask(dec.positions.slopes, 20, 20)[None])
     assert short.data_ptr() == long.data_ptr()  # a view of the cached mask, not a rebuild
-    dec.alibi_slopes.mul_(0.5)  # e.g. slope interpolation at inference
-    torch.testing.assert_close(dec.position_mask(20, 20, torch.float32, 'cpu'), alibi_mask(dec.alibi_slopes, 20, 20)[None])
-    assert dec.position_mask(20, 20, torch.float16, 'cpu').dtype == torch.float16
+    dec.positions.slopes.mul_(0.5)  # e.g. slope interpolation at inference
+    torch.testing.assert_close(mask_of(dec, 20, 20), alibi_mask(dec.positions.slopes, 20, 20)[None])
+    assert mask_of(dec, 20, 20, torch.float16).dtype == torch.float16

@@ -8,7 +8,8 @@ import torch
 from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits, naive_model, naive_rotate, naive_t5_bucket
 from fairseq_alibi.alibi import alibi_slopes, dynamic_factors, ntk_exponents, scale_slopes
-from fairseq_alibi.decoder import ConfigError
+from fairseq_alibi.attention import position_mask
+from fairseq_alibi.base import ConfigError
 from fairseq_alibi.rotary import apply_rotary, rotary_angles
 from fairseq_alibi.t5_bias import t5_buckets
 
@@ -158,10 +159,10 @@ def test_scaled_alibi_models_use_the_scaled_slopes(heads):
     base = torch.tensor(alibi_slopes(heads))
     for scaling in ("linear", "ntk"):
         m, _ = model("alibi", "--alibi-scaling", scaling, "--alibi-scaling-factor", "5", heads=heads)
-        torch.testing.assert_close(m.decoder.alibi_slopes, scale_slopes(base, scaling, 5.0))
+        torch.testing.assert_close(m.decoder.positions.slopes, scale_slopes(base, scaling, 5.0))
     # dynamic: row i of the mask uses a_i = max(1, (i + 1) / 4), written out entry by entry
     m, _ = model("alibi", "--alibi-scaling", "dynamic_ntk", "--alibi-train-length", "4", heads=heads)
-    mask = m.decoder.position_mask(10, 10, torch.float32, "cpu")[0]
+    mask = position_mask(m.decoder.positions, 10, 10, torch.float32, "cpu", causal=True)[0]
     t = ntk_exponents(base)
     for h in range(heads):
         for i in range(10):
@@ -170,7 +171,7 @@ def test_scaled_alibi_models_use_the_scaled_slopes(heads):
                 expected = -float(base[h]) / a ** float(t[h]) * (i - j) if j <= i else -math.inf
                 assert mask[h, i, j].item() == pytest.approx(expected, rel=1e-5)
     # and the incremental rows are the same rows
-    torch.testing.assert_close(m.decoder.position_mask(3, 10, torch.float32, "cpu")[0], mask[:, 7:])
+    torch.testing.assert_close(position_mask(m.decoder.positions, 3, 10, torch.float32, "cpu", causal=True)[0], mask[:, 7:])
 
 
 def test_scaling_changes_long_inputs_only_as_defined():
