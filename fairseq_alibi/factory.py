@@ -11,7 +11,8 @@ from typing import Tuple
 
 from .base import ConfigError, config_check
 from .bidirectional import EncoderAlibi
-from .kernels import KERNEL_NAMES, flash_installed, takes_bias
+from .kernels import KERNEL_NAMES
+from .methods import CAUSAL_METHODS, flash_installed, takes_bias
 from .positions import Alibi, Fire, Kerple, NoPositions, PositionMethod, Rotary, Sandwich, T5Bias
 
 
@@ -63,12 +64,10 @@ def nope(args, heads, head_dim):
     return NoPositions()
 
 
-# Method name (the `<method>_transformer_lm` models) -> builder from the arguments.
+# Method name (methods.CAUSAL_METHODS, the `<method>_transformer_lm` models) -> builder from the arguments.
 CAUSAL = {"alibi": alibi, "rotary": rotary, "t5_bias": t5_bias, "nope": nope, "kerple": kerple,
           "sandwich": sandwich, "fire": fire}
-# Each method's inference-only options (refused at training by scripts/train.sh).
-INFERENCE_ONLY = {"alibi": ("--alibi-scaling", "--alibi-train-length"),
-                  "rotary": ("--rotary-scaling", "--rotary-train-length")}
+assert tuple(CAUSAL) == CAUSAL_METHODS
 
 
 def causal_positions(method: str, args) -> Tuple[PositionMethod, str]:

@@ -11,8 +11,10 @@
 # perplexity as its evaluation code returns them (all in one process: scripts/evaluate.py) and the
 # wall time, loading included; SPLIT=valid|test (default valid);
 # LABEL names the checkpoint's row in scripts/results.py (default: its method).
-# ALiBi checkpoints: ALIBI_SCALING=linear|ntk|dynamic_ntk rescales the slopes without retraining,
-# by ALIBI_SCALING_FACTOR (default: L_valid / L_train for linear and ntk, 1 for dynamic_ntk).
+# SCALING extends a model past its training length without retraining, by SCALING_FACTOR:
+# ALiBi checkpoints: linear|ntk|dynamic_ntk rescale the slopes (factor default: L_valid / L_train
+# for linear and ntk, 1 for dynamic_ntk); rotary checkpoints: linear|ntk|yarn (default
+# L_valid / L_train). ALIBI_SCALING and ALIBI_SCALING_FACTOR are the earlier names of both.
 set -euo pipefail
 
 usage='usage: scripts/eval.sh CHECKPOINT DATA OUT.jsonl "L_VALID..." ["STRIDE..."] [-- flags]'
@@ -28,9 +30,11 @@ fail() { echo "error: $*" >&2; exit 1; }
 [ -f "$data/dict.txt" ] || fail "$data has no dict.txt: DATA is a binarized data directory ($usage)"
 case $out in *.jsonl) ;; *) fail "OUT ($out) must be a .jsonl file, where results are appended ($usage)" ;; esac
 [ -f "$data/$split.idx" ] || fail "$data has no $split split: SPLIT is one of $(cd "$data" && ls *.idx 2>/dev/null | sed 's/\.idx$//' | tr '\n' ' ')"
-if [ -n "${ALIBI_SCALING_FACTOR:-}" ]; then
-  python3 -c 'import math, sys; f = float(sys.argv[1]); assert math.isfinite(f) and f > 0' "$ALIBI_SCALING_FACTOR" 2>/dev/null \
-    || fail "ALIBI_SCALING_FACTOR must be a positive number, got '$ALIBI_SCALING_FACTOR'"
+scaling=${SCALING:-${ALIBI_SCALING:-none}}
+scaling_factor=${SCALING_FACTOR:-${ALIBI_SCALING_FACTOR:-}}
+if [ -n "$scaling_factor" ]; then
+  python3 -c 'import math, sys; f = float(sys.argv[1]); assert math.isfinite(f) and f > 0' "$scaling_factor" 2>/dev/null \
+    || fail "SCALING_FACTOR must be a positive number, got '$scaling_factor'"
 fi
 for l_valid in $lengths; do
   case $l_valid in ''|*[!0-9]*|0) fail "L_valid must be a positive integer, got '$l_valid'" ;; esac
@@ -69,20 +73,28 @@ for key in overrides:
         close = difflib.get_close_matches(key, model.keys(), n=1)
         sys.exit(f"error: --model-overrides names {key!r}, which {sys.argv[1]}'s model config lacks, so fairseq "
                  "would ignore it" + (f": did you mean {close[0]!r}?" if close else ""))
-print(model["_name"], cfg["task"]["tokens_per_sample"], int("alibi_scaling" in model),
+method = model["_name"].split("_transformer_lm")[0]
+print(model["_name"], cfg["task"]["tokens_per_sample"], int(f"{method}_scaling" in model),
       history[-1].get("num_updates", -1), int("max_tokens" in model))
 EOF
 ) || exit 1
 read -r model train_length has_scaling updates fork <<< "$info"
 # The paper's fork saves ALiBi models as transformer_lm: scored as they are, they are sinusoidal.
 [ "$fork" = 0 ] || fail "$checkpoint is a checkpoint of the paper's fork, which fairseq would score as sinusoidal: convert it first with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt"
-scaling=${ALIBI_SCALING:-none}
-case $scaling in none|linear|ntk|dynamic_ntk) ;; *) fail "ALIBI_SCALING=$scaling: use none, linear, ntk or dynamic_ntk" ;; esac
-if [ "$scaling" != none ]; then
-  case $model in alibi_*) ;; *) fail "ALIBI_SCALING applies to ALiBi checkpoints, $checkpoint is $model" ;; esac
+case $scaling:$model in
+  none:*|linear:alibi_*|ntk:alibi_*|dynamic_ntk:alibi_*|linear:rotary_*|ntk:rotary_*|yarn:rotary_*) ;;
+  *:alibi_*) fail "SCALING=$scaling: ALiBi takes none, linear, ntk or dynamic_ntk" ;;
+  *:rotary_*) fail "SCALING=$scaling: rotary takes none, linear, ntk or yarn" ;;
+  *) fail "SCALING applies to ALiBi and rotary checkpoints, $checkpoint is $model" ;;
+esac
+if [ "$scaling" != none ] && [ "$has_scaling" != 1 ]; then
   # fairseq silently ignores --model-overrides of fields a checkpoint's config lacks.
-  [ "$has_scaling" = 1 ] || fail "$checkpoint predates ALiBi scaling: add it with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt"
+  case $model in
+    alibi_*) fail "$checkpoint predates ALiBi scaling: add it with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt" ;;
+    *) fail "$checkpoint predates rotary scaling (no rotary_scaling in its config): retrain it with this version" ;;
+  esac
 fi
+prefix=${model%%_transformer_lm*}
 
 mkdir -p "$(dirname "$out")"
 jobs=()  # L_valid, stride, stride rule, context window, scaling, factor, overrides: tab-separated
@@ -93,13 +105,13 @@ for l_valid in $lengths; do
     if [ "$stride" -eq 0 ]; then context=0; else context=$((l_valid - stride)); fi
     if [ "$context" -lt 0 ]; then echo "skipping stride $stride > L_valid $l_valid" >&2; continue; fi
     case $scaling:$model in
-      none:alibi_*|none:rotary_*|none:t5_bias_*) overrides="{}"; factor=1 ;;
       # Stock position-embedding models refuse lengths past their training length unless told.
-      none:*) overrides="{'max_target_positions': 1000000}"; factor=1 ;;
-      dynamic_ntk:*) factor=${ALIBI_SCALING_FACTOR:-1}
+      none:transformer_lm*) overrides="{'max_target_positions': 1000000}"; factor=1 ;;
+      none:*) overrides="{}"; factor=1 ;;
+      dynamic_ntk:*) factor=${scaling_factor:-1}
         overrides="{'alibi_scaling': 'dynamic_ntk', 'alibi_scaling_factor': $factor, 'alibi_train_length': $train_length}" ;;
-      *) factor=${ALIBI_SCALING_FACTOR:-$(python3 -c "print($l_valid / $train_length)")}
-        overrides="{'alibi_scaling': '$scaling', 'alibi_scaling_factor': $factor}" ;;
+      *) factor=${scaling_factor:-$(python3 -c "print(max(1.0, $l_valid / $train_length))")}
+        overrides="{'${prefix}_scaling': '$scaling', '${prefix}_scaling_factor': $factor, '${prefix}_train_length': $train_length}" ;;
     esac
     jobs+=("$l_valid"$'\t'"$stride"$'\t'"$stride_rule"$'\t'"$context"$'\t'"$scaling"$'\t'"$factor"$'\t'"$overrides")
   done

@@ -22,9 +22,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-# Row labels in the paper's order (Tables 2-4), then ALiBi's inference-time slope scalings.
-METHODS = {"transformer_lm": "Sinusoidal", "rotary": "Rotary", "t5_bias": "T5 bias", "alibi": "ALiBi"}
-SCALINGS = {"none": "", "linear": " + linear interp.", "ntk": " + NTK", "dynamic_ntk": " + dynamic NTK"}
+# Row labels in the paper's order (Tables 2-4), then the methods added since, then the
+# inference-time scalings (ALiBi's slopes, rotary's angles).
+METHODS = {"transformer_lm": "Sinusoidal", "rotary": "Rotary", "t5_bias": "T5 bias", "alibi": "ALiBi",
+           "nope": "NoPE", "kerple": "KERPLE", "sandwich": "Sandwich", "fire": "FIRE"}
+SCALINGS = {"none": "", "linear": " + linear interp.", "ntk": " + NTK", "dynamic_ntk": " + dynamic NTK",
+            "yarn": " + YaRN"}
 ORDER = [m + s for m in METHODS.values() for s in SCALINGS.values()]
 
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Train an ALiBi, rotary or T5-bias LM, or the sinusoidal twin (stock fairseq), at one training length L.
+# Train a position method's LM, or the sinusoidal twin (stock fairseq), at one training length L.
 #
 #   scripts/train.sh METHOD L DATA SAVE_DIR [PRESET] [-- extra fairseq-train flags]
 #
-# METHOD: alibi | rotary | t5_bias | sinusoidal.  PRESET: wiki103 (default; the paper's recipe) | small (CPU scale).
+# METHOD: alibi | rotary | t5_bias | nope | kerple | sandwich | fire (fairseq_alibi/methods.py:
+# --arch METHOD_transformer_lm_PRESET) | sinusoidal.  PRESET: wiki103 (default; the paper's
+# recipe) | small (CPU scale). Method options go after --, e.g. -- --kerple-variant power.
 # TensorBoard logs go to SAVE_DIR/tensorboard (view: tensorboard --logdir SAVE_DIR/tensorboard).
 # Rerunning the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's own resume); a
 # finished run (its --max-update reached) is left as it is. A SAVE_DIR holding another run (another
@@ -12,7 +14,14 @@
 # under SLURM's srun or torchrun, which set SLURM_NTASKS / WORLD_SIZE.
 set -euo pipefail
 
-usage="usage: scripts/train.sh alibi|rotary|t5_bias|sinusoidal L DATA SAVE_DIR [wiki103|small] [-- flags]"
+# The methods and their inference-only flags: one definition, fairseq_alibi/methods.py (read
+# without importing the package, which would load fairseq).
+{ read -r -a methods; read -r -a inference_only; } < <(python3 -c '
+import runpy, sys
+names = runpy.run_path(sys.argv[1])
+print(*names["CAUSAL_METHODS"]); print(*(flag for flags in names["INFERENCE_ONLY"].values() for flag in flags))
+' "$(dirname "$0")/../fairseq_alibi/methods.py")
+usage="usage: scripts/train.sh $(IFS='|'; echo "${methods[*]}")|sinusoidal L DATA SAVE_DIR [wiki103|small] [-- flags]"
 method=${1:?$usage}; length=${2:?$usage}; data=${3:?$usage}; save_dir=${4:?$usage}
 shift 4
 preset=wiki103
@@ -24,10 +33,11 @@ fail() { echo "error: $*" >&2; exit 1; }
 [ -f "$data/dict.txt" ] || fail "$data has no dict.txt: run scripts/prepare-wikitext.sh first ($usage)"
 case $length in ''|*[!0-9]*|0) fail "L must be a positive integer, got '$length'" ;; esac
 for flag in "$@"; do
-  case $flag in
-    --alibi-scaling*|--alibi-train-length*)
-      fail "$flag is for evaluation (scripts/eval.sh's ALIBI_SCALING): a model trained with it would be scored scaled ever after" ;;
-  esac
+  for evaluation_only in "${inference_only[@]}"; do
+    case $flag in "$evaluation_only"*)
+      fail "$flag is for evaluation (scripts/eval.sh's SCALING): a model trained with it would be scored scaled ever after" ;;
+    esac
+  done
 done
 # The small preset's adaptive input/softmax bands end at word 10000 (unless the flags say otherwise).
 if [ "$preset" = small ] && [[ " $* " != *" --adaptive-softmax-cutoff "* ]]; then
@@ -36,11 +46,12 @@ if [ "$preset" = small ] && [[ " $* " != *" --adaptive-softmax-cutoff "* ]]; the
 fi
 
 case $preset:$method in
-  wiki103:alibi|wiki103:rotary|wiki103:t5_bias|small:alibi|small:rotary|small:t5_bias)
-                      model=(--user-dir "$here/fairseq_alibi" --arch "${method}_transformer_lm_$preset") ;;
   wiki103:sinusoidal) model=(--arch transformer_lm_wiki103) ;;
   small:sinusoidal)   read -r -a model <<< "$(python3 -c 'from fairseq_alibi.decoder import SMALL_TWIN_FLAGS; print(SMALL_TWIN_FLAGS)')" ;;
-  *) fail "unknown method/preset '$method'/'$preset': use alibi|rotary|t5_bias|sinusoidal and wiki103|small" ;;
+  wiki103:*|small:*)
+    [[ " ${methods[*]} " == *" $method "* ]] || fail "unknown method '$method': use one of ${methods[*]} sinusoidal"
+    model=(--user-dir "$here/fairseq_alibi" --arch "${method}_transformer_lm_$preset") ;;
+  *) fail "unknown preset '$preset': use wiki103 or small" ;;
 esac
 
 # Processes in this job: the launcher's world size, else one per GPU on this node.

@@ -115,3 +115,58 @@ def test_eval_script_refuses_an_unconverted_fork_checkpoint(fork_checkpoint, wt2
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "convert it first with python -m fairseq_alibi.convert_checkpoint" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "r.jsonl").exists()
+
+
+# The last commit before the position interface (issue 21): its checkpoints must load unchanged.
+PREVIOUS_DESIGN = "0cb0917"
+PREVIOUS_RUNS = {
+    "alibi": ["--arch", "alibi_transformer_lm_small", "--task", "language_modeling", "--criterion", "adaptive_loss",
+              "--ddp-backend", "legacy_ddp", *TOY[:8]],
+    "t5_bias": ["--arch", "t5_bias_transformer_lm_small", "--task", "language_modeling", "--criterion", "adaptive_loss",
+                "--ddp-backend", "legacy_ddp", "--t5-num-buckets", "8", "--t5-max-distance", "20", *TOY[:8]],
+    "bialibi_mlm": ["--arch", "alibi_roberta_small", "--task", "masked_lm", "--criterion", "masked_lm",
+                    "--encoder-alibi", "bialibi", "--encoder-layers", "2"],
+}  # LittleBird's BiALiBi is the same module as bialibi's (and was checked by hand: README)
+TRAIN_THEN_SCORE = """
+import sys, torch
+from fairseq_cli import train
+from fairseq import checkpoint_utils
+save, data, out, *flags = sys.argv[1:]
+sys.argv = ["fairseq-train", data, "--save-dir", save, *flags]
+train.cli_main()
+(model,), _, _ = checkpoint_utils.load_model_ensemble_and_task([save + "/checkpoint_last.pt"], arg_overrides={"data": data})
+tokens = torch.randint(4, 500, (2, 90), generator=torch.Generator().manual_seed(0))
+tokens[:, 0] = 0
+with torch.no_grad():
+    torch.save(model.eval()(tokens)[0], out)
+"""
+
+
+def test_checkpoints_of_the_previous_design_load_with_the_same_logits(wt2_slice, tmp_path):
+    """Checkpoints written by the code before the position interface (from git history, through
+    fairseq-train, the public API) load in today's code and give bit-identical logits."""
+    import io
+    import os
+    import sys
+    import tarfile
+
+    from fairseq import checkpoint_utils
+
+    archive = subprocess.run(["git", "archive", PREVIOUS_DESIGN, "fairseq_alibi"], cwd=REPO, capture_output=True)
+    if archive.returncode != 0:
+        pytest.skip(f"commit {PREVIOUS_DESIGN} is not in this clone's history (a shallow clone)")
+    old = tmp_path / "previous"
+    tarfile.open(fileobj=io.BytesIO(archive.stdout)).extractall(old)
+    env = dict(os.environ, PYTHONPATH=str(old))
+    tokens = torch.randint(4, 500, (2, 90), generator=torch.Generator().manual_seed(0))
+    tokens[:, 0] = 0
+    for name, flags in PREVIOUS_RUNS.items():
+        save, out = tmp_path / name, tmp_path / f"{name}.logits.pt"
+        run([sys.executable, "-c", TRAIN_THEN_SCORE, save, wt2_slice, out, "--user-dir", old / "fairseq_alibi",
+             "--cpu", "--max-update", "2", "--max-tokens", "512", "--tokens-per-sample", "32", "--optimizer", "adam",
+             "--lr", "0.001", "--no-progress-bar", "--dropout", "0", *flags], env=env, cwd=tmp_path)
+        (model,), _, _ = checkpoint_utils.load_model_ensemble_and_task([str(save / "checkpoint_last.pt")],
+                                                                      arg_overrides={"data": wt2_slice})
+        with torch.no_grad():
+            logits = model.eval()(tokens)[0]
+        assert torch.equal(logits, torch.load(out)), name

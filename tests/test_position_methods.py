@@ -32,6 +32,12 @@ SIX_HEADS = ["--decoder-embed-dim", "24", "--decoder-input-dim", "24", "--decode
              "--decoder-attention-heads", "6"]
 
 
+def args_of(**fields):
+    """A model config as --model-overrides leaves it (argparse never sees it): the tiny dimensions."""
+    base = dict(decoder_attention_heads=4, decoder_embed_dim=32, t5_num_buckets=32, t5_max_distance=128)
+    return argparse.Namespace(**{**base, **fields})
+
+
 def model(method, *flags, seed=0):
     torch.manual_seed(seed)
     arch = method.split("_")[0] if method.startswith("kerple") else method
@@ -39,21 +45,29 @@ def model(method, *flags, seed=0):
 
 
 def perturb(m):
-    """Learned position parameters away from their initial values, so that tests see them used."""
+    """Learned position parameters (of a model or a position module) away from their initial
+    values, so that tests see them used."""
     torch.manual_seed(1)
+    positions = m.decoder.positions if hasattr(m, "decoder") else m
     with torch.no_grad():
-        for name, p in m.decoder.positions.named_parameters():
+        for name, p in positions.named_parameters():
             p.mul_(1 + 0.3 * torch.rand_like(p))
     return m
 
 
 @pytest.mark.parametrize("method", list(METHODS))
-@pytest.mark.parametrize("heads_flags", [[], SIX_HEADS], ids=["8heads", "6heads"])
-def test_bias_is_the_formula_written_out(method, heads_flags):
-    m, _ = model(method, *heads_flags)
-    positions = perturb(m).decoder.positions
-    heads = m.decoder.layers[0].self_attn.num_heads
-    head_dim = m.decoder.layers[0].self_attn.head_dim
+@pytest.mark.parametrize("heads,head_dim", [(8, 4), (6, 8)])
+def test_bias_is_the_formula_written_out(method, heads, head_dim):
+    """Every (head, query, key) of the module's bias against the formula, for 8 heads and for 6
+    (not a power of 2)."""
+    name = method.split("_")[0] if method.startswith("kerple") else method
+    flags = METHODS[method]
+    fields = {flags[k].lstrip("-").replace("-", "_"): flags[k + 1] for k in range(0, len(flags), 2)}
+    fields = {k: (int(v) if v.isdigit() else v) for k, v in fields.items()}
+    torch.manual_seed(0)
+    positions, _ = causal_positions(name, args_of(decoder_attention_heads=heads, decoder_embed_dim=heads * head_dim,
+                                                  **fields))
+    perturb(positions)
     T = 20
     with torch.no_grad():
         bias = positions.bias(torch.arange(T), torch.arange(T))
@@ -234,12 +248,6 @@ def test_scaled_rotary_changes_nothing_at_factor_one_and_the_long_inputs_otherwi
 # --- refused at build, in one line --------------------------------------------------------------
 
 
-def args_of(**fields):
-    """A model config as --model-overrides leaves it (argparse never sees it): the tiny dimensions."""
-    base = dict(decoder_attention_heads=4, decoder_embed_dim=32, t5_num_buckets=32, t5_max_distance=128)
-    return argparse.Namespace(**{**base, **fields})
-
-
 @pytest.mark.parametrize("method,fields,message", [
     ("rotary", dict(rotary_scaling="yarn", rotary_scaling_factor=-2.0, rotary_train_length=64), "at least 1"),
     ("rotary", dict(rotary_scaling="linear", rotary_scaling_factor=0.5), "at least 1"),
@@ -271,14 +279,14 @@ def test_bad_flags_are_refused_in_one_line_when_the_model_is_built(method, flags
     assert "\n" not in str(err.value.code)
 
 
-@pytest.mark.parametrize("method", ["nope", "kerple", "sandwich", "fire"])
-def test_small_and_wiki103_architectures_have_alibis_dimensions(method):
-    ours, _ = build_model(f"{method}_transformer_lm_small", vocab=12000)
-    alibi, _ = build_model("alibi_transformer_lm_small", vocab=12000)
-    shapes = lambda m: {k: tuple(v.shape) for k, v in m.state_dict().items()}  # noqa: E731
-    own = {k for k in shapes(ours) if k not in shapes(alibi)}
-    assert {k: v for k, v in shapes(ours).items() if k not in own} == shapes(alibi)
-    assert all(k.startswith(f"decoder.{method}.") for k in own) and bool(own) == (method in ("kerple", "fire"))
+def test_small_and_wiki103_architectures_have_alibis_dimensions():
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
-    assert f"{method}_transformer_lm_wiki103" in ARCH_CONFIG_REGISTRY
+    shapes = lambda m: {k: tuple(v.shape) for k, v in m.state_dict().items()}  # noqa: E731
+    alibi = shapes(build_model("alibi_transformer_lm_small", vocab=12000)[0])
+    for method in ("nope", "kerple", "sandwich", "fire"):
+        ours = shapes(build_model(f"{method}_transformer_lm_small", vocab=12000)[0])
+        own = {k for k in ours if k not in alibi}
+        assert {k: v for k, v in ours.items() if k not in own} == alibi
+        assert all(k.startswith(f"decoder.{method}.") for k in own) and bool(own) == (method in ("kerple", "fire"))
+        assert f"{method}_transformer_lm_wiki103" in ARCH_CONFIG_REGISTRY
