@@ -11,8 +11,8 @@ from typing import Tuple
 
 from .base import ConfigError, config_check
 from .bidirectional import EncoderAlibi
-from .kernels import KERNEL_NAMES
-from .methods import CAUSAL_METHODS, flash_installed, takes_bias
+from .kernels import KERNEL_NAMES, flash_installed, takes_bias
+from .methods import CAUSAL_METHODS
 from .positions import Alibi, Fire, Kerple, NoPositions, PositionMethod, Rotary, Sandwich, T5Bias
 
 

@@ -170,6 +170,15 @@ def test_fire_normalises_by_the_query_position_past_its_threshold():
         torch.testing.assert_close(bias[:, i, j], bias[:, k, n])
 
 
+def test_fire_evaluates_long_inputs_in_chunks_of_rows_with_the_same_bias(monkeypatch):
+    f = Fire(4, init_threshold=16.0)
+    with torch.no_grad():
+        whole = f.bias(torch.arange(300), torch.arange(300))
+        monkeypatch.setattr(Fire, "CHUNK_PAIRS", 300 * 7)  # 7 rows a chunk: 43 chunks, the last short
+        chunked = f.bias(torch.arange(300), torch.arange(300))
+    torch.testing.assert_close(chunked, whole, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("method", ["alibi", "t5_bias"])
 def test_auto_and_sdpa_give_the_same_logits_on_long_inputs(method):
     """Two backends on the same weights: past 512 tokens auto evaluates ALiBi and T5 bias with the
