@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from provenance import emit, header  # noqa: E402
 from fairseq_alibi.alibi import alibi_mask, alibi_slopes  # noqa: E402
-from fairseq_alibi.decoder import BLOCK  # noqa: E402
+from fairseq_alibi.kernels import BLOCK  # noqa: E402
 from fairseq_alibi.kernels import BlockedAlibiAttention  # noqa: E402
 
 

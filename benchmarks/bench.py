@@ -15,6 +15,8 @@ allocated on GPU) is its own. Modes, all the same dimensions and the same token 
                per sequence (batch*heads x T x S) in the activation dtype
   rotary, t5   the paper's other baselines from this plugin (T5 bias: dense mask in training,
                blocked kernel in long evaluation, as ALiBi)
+  nope, kerple, sandwich, fire
+               the methods added since (KERPLE: its log variant; dense mask everywhere but NoPE)
 Training: forward + backward + Adam step on batches of TOKENS tokens at length L; its speed is
 also measured "paired": all modes in one process, steps interleaved, median step-time ratio
 (the most precise ratio on a noisy machine; peak memory needs the separate processes).
@@ -32,7 +34,9 @@ import time
 
 import torch
 
-MODES = ("sinusoidal", "alibi", "alibi_dense", "fork", "rotary", "t5")
+MODES = ("sinusoidal", "alibi", "alibi_dense", "fork", "rotary", "t5", "nope", "kerple", "sandwich", "fire")
+PLUGIN_ARCHS = {"rotary": "rotary", "t5": "t5_bias", "nope": "nope", "kerple": "kerple", "sandwich": "sandwich",
+                "fire": "fire"}  # mode -> <method>_transformer_lm
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
@@ -49,8 +53,8 @@ def build(mode, arch, device, dtype):
     if mode == "sinusoidal":
         flags = SMALL_TWIN_FLAGS.split()[2:] if arch == "small" else []
         name = "transformer_lm" if arch == "small" else "transformer_lm_wiki103"
-    elif mode in ("rotary", "t5"):
-        flags, name = [], f"{'t5_bias' if mode == 't5' else mode}_transformer_lm_{arch}"
+    elif mode in PLUGIN_ARCHS:
+        flags, name = [], f"{PLUGIN_ARCHS[mode]}_transformer_lm_{arch}"
     else:
         flags, name = [], f"alibi_transformer_lm_{arch}"
         if mode in ("alibi_dense", "fork"):
@@ -64,23 +68,29 @@ def build(mode, arch, device, dtype):
 
 def make_fork_style(decoder):
     """The fork's mask: m_h * j (key index only) + causal -inf, built in fp32, cast to the
-    activation dtype, and repeated over the batch (the fork sizes it by --max-tokens)."""
+    activation dtype, and repeated over the batch (the fork sizes it by --max-tokens). It takes
+    the place of the decoder's mask cache (which serves every full forward of ALiBi)."""
     original = decoder.extract_features_scriptable
+    fork = ForkMask()
 
     def extract_features(prev_output_tokens, *args, **kwargs):
-        decoder._batch_size = prev_output_tokens.size(0)
+        fork.batch = prev_output_tokens.size(0)
         return original(prev_output_tokens, *args, **kwargs)
 
-    def position_mask(query_len, key_len, dtype, device):
-        slopes = decoder.alibi_slopes
-        key_pos = torch.arange(key_len, device=slopes.device, dtype=torch.float32)
-        bias = slopes[:, None, None] * key_pos[None, None, :]  # heads x 1 x S
-        future = torch.ones(query_len, key_len, dtype=torch.bool, device=slopes.device).triu(key_len - query_len + 1)
-        mask = bias.masked_fill(future, float("-inf")).to(dtype)  # heads x T x S
-        return mask.repeat(decoder._batch_size, 1, 1).view(decoder._batch_size, *mask.shape)
-
     decoder.extract_features_scriptable = extract_features
-    decoder.position_mask = position_mask
+    decoder.mask_cache = fork
+
+
+class ForkMask:
+    batch = 1
+
+    def get(self, positions, length, dtype, device, causal):
+        slopes = positions.slopes
+        key_pos = torch.arange(length, device=slopes.device, dtype=torch.float32)
+        bias = slopes[:, None, None] * key_pos[None, None, :]  # heads x 1 x S
+        future = torch.ones(length, length, dtype=torch.bool, device=slopes.device).triu(1)
+        mask = bias.masked_fill(future, float("-inf")).to(dtype)  # heads x T x S
+        return mask.repeat(self.batch, 1, 1).view(self.batch, *mask.shape)
 
 
 def batches(length, tokens, count, device, vocab):

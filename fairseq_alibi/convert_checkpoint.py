@@ -25,7 +25,7 @@ import os
 import torch
 
 from .alibi_lm import AlibiTransformerLanguageModelConfig
-from .decoder import ConfigError
+from .base import ConfigError
 
 logger = logging.getLogger(__name__)
 

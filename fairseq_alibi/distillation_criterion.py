@@ -24,7 +24,7 @@ from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from .decoder import ConfigError
+from .base import ConfigError
 from .distillation import cross_entropy_terms, distillation_terms
 
 

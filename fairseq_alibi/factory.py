@@ -16,28 +16,28 @@ from .methods import CAUSAL_METHODS
 from .positions import Alibi, Fire, Kerple, NoPositions, PositionMethod, Rotary, Sandwich, T5Bias
 
 
-def alibi(args, heads, head_dim):
-    scaling = getattr(args, "alibi_scaling", "none")
-    factor = getattr(args, "alibi_scaling_factor", 1.0)
-    train_length = getattr(args, "alibi_train_length", None)
+def scaling_options(args, method: str, needs_length: str):
+    """(scaling, factor, training length) of an inference-time scaling (alibi_*, rotary_*);
+    `needs_length`: the scaling that needs the training length."""
+    scaling = getattr(args, f"{method}_scaling", "none")
+    train_length = getattr(args, f"{method}_train_length", None)
     if train_length is not None and train_length < 1:
-        raise ConfigError(f"alibi_train_length is the training --tokens-per-sample, a positive integer; got {train_length}")
-    if scaling == "dynamic_ntk" and not train_length:
-        raise ConfigError("alibi_scaling dynamic_ntk needs alibi_train_length, the training "
+        raise ConfigError(f"{method}_train_length is the training --tokens-per-sample, a positive integer; "
+                          f"got {train_length}")
+    if scaling == needs_length and not train_length:
+        raise ConfigError(f"{method}_scaling {needs_length} needs {method}_train_length, the training "
                           "--tokens-per-sample (scripts/eval.sh sets it from the checkpoint)")
-    return config_check(Alibi, heads, scaling, factor, train_length, flags="--alibi-scaling/--alibi-scaling-factor")
+    return scaling, getattr(args, f"{method}_scaling_factor", 1.0), train_length
+
+
+def alibi(args, heads, head_dim):
+    return config_check(Alibi, heads, *scaling_options(args, "alibi", "dynamic_ntk"),
+                        flags="--alibi-scaling/--alibi-scaling-factor")
 
 
 def rotary(args, heads, head_dim):
-    scaling = getattr(args, "rotary_scaling", "none")
-    train_length = getattr(args, "rotary_train_length", None)
-    if train_length is not None and train_length < 1:
-        raise ConfigError(f"rotary_train_length is the training --tokens-per-sample, a positive integer; got {train_length}")
-    if scaling == "yarn" and not train_length:
-        raise ConfigError("rotary_scaling yarn needs rotary_train_length, the training --tokens-per-sample "
-                          "(scripts/eval.sh sets it from the checkpoint)")
-    return config_check(Rotary, head_dim, getattr(args, "rotary_base", 10000.0), scaling,
-                        getattr(args, "rotary_scaling_factor", 1.0), train_length,
+    scaling, factor, train_length = scaling_options(args, "rotary", "yarn")
+    return config_check(Rotary, head_dim, getattr(args, "rotary_base", 10000.0), scaling, factor, train_length,
                         flags="--rotary-scaling/--rotary-scaling-factor/head dimension")
 
 

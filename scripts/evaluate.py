@@ -63,7 +63,7 @@ for line in sys.stdin:
     start = time.perf_counter()
     try:
         result = eval_lm.main(convert_namespace_to_omegaconf(args))
-    except SystemExit as e:  # the plugin's one-line configuration errors (decoder.ConfigError)
+    except SystemExit as e:  # the plugin's one-line configuration errors (base.ConfigError)
         sys.exit(f"error: {e.code}" if isinstance(e.code, str) else e.code)
     except Exception as e:  # noqa: BLE001  (whatever fairseq raises: one line, the rest in a file)
         traceback.print_exc(file=log)
