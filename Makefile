@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup experiment test
+.PHONY: setup experiment test test-fast
 setup:
 	@scripts/setup.sh
 
@@ -11,3 +11,7 @@ experiment: setup
 
 test: setup
 	python -m pytest -q tests
+
+# The edit-test loop: math, models, kernels; no end-to-end runs of fairseq's tools (under 3 minutes).
+test-fast: setup
+	python -m pytest -q -m "not slow" tests

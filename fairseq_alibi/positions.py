@@ -206,16 +206,17 @@ class Sandwich(PositionMethod):
             raise ValueError(f"Sandwich needs at least one attention head, got {heads}")
         if head_dim < 2 or head_dim % 2:
             raise ValueError(f"Sandwich sums over d/2 frequencies: the head dimension must be even, got {head_dim}")
-        k = torch.arange(1, head_dim // 2 + 1, dtype=torch.float64)
-        self.register_buffer("inverse_frequencies", (10000.0 ** (-2 * k / head_dim)).float(), persistent=False)
-        self.register_buffer("head_scales", 8 * torch.arange(1, heads + 1, dtype=torch.float32) / heads,
-                             persistent=False)
-        self.half_dim = head_dim // 2
+        self.heads, self.head_dim = heads, head_dim
 
     def bias(self, query_pos, key_pos):
+        # Computed here in fp32, not kept as buffers: a model cast to fp16 would round them.
+        device = query_pos.device
+        k = torch.arange(1, self.head_dim // 2 + 1, device=device, dtype=torch.float64)
+        frequencies = (10000.0 ** (-2 * k / self.head_dim)).float()
+        head_scales = 8 * torch.arange(1, self.heads + 1, device=device, dtype=torch.float32) / self.heads
         distance = signed_distance(query_pos, key_pos).abs()
-        waves = torch.cos(distance.unsqueeze(-1) * self.inverse_frequencies.float()).sum(-1) - self.half_dim
-        return waves[None] / per_head(self.head_scales.float(), waves)
+        waves = torch.cos(distance.unsqueeze(-1) * frequencies).sum(-1) - self.head_dim // 2
+        return waves[None] / per_head(head_scales, waves)
 
 
 class Fire(PositionMethod):
