@@ -5,7 +5,8 @@ What attention asks of a method (attention.attention_bias is the only caller):
 - bias(query_pos, key_pos): the additive bias, (heads, ..., Tq, Tk) in fp32, for queries at
   query_pos (..., Tq) and keys at key_pos (..., Tk), positions counted from 0 (the leading dims
   let every row have its own positions). Defined for every pair: attention masks the future of
-  a causal model and padded keys itself. None: the method adds no bias (has_bias False).
+  a causal model and padded keys itself, in place (so bias returns a new tensor, never a
+  buffer). None: the method adds no bias (has_bias False).
 - rotary(positions): cos, sin (*positions.shape, head_dim / 2) that rotate queries and keys at
   these positions, or None.
 - linear_slopes: (heads,) m if the bias is exactly -m_h (i - j) (ALiBi without per-query
