@@ -71,10 +71,14 @@ def naive_bias(positions, heads, head_dim):
 
 
 def position_terms(model):
-    """(bias(h, i, j), rotate(u, position)) of the model's position method."""
+    """(bias(h, i, j), rotate(u, position)) of the model's position method; for a stock model
+    (no position method: its weights under the paper's equation), ALiBi's."""
     dec = model.decoder
-    positions = dec.positions
     attn = dec.layers[0].self_attn
+    if not hasattr(dec, "positions"):
+        slopes = alibi_slopes(attn.num_heads)
+        return (lambda h, i, j: -slopes[h] * (i - j)), None
+    positions = dec.positions
     rotate = None
     if type(positions).__name__ == "Rotary":
         assert positions.scaling == "none"
