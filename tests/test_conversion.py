@@ -115,7 +115,7 @@ def test_converted_model_with_zero_slopes_is_the_stock_model_without_positions(s
     source, _ = stock
     assert convert(source, tmp_path / "alibi.pt", "--replace-positions").returncode == 0
     alibi, original = load(tmp_path / "alibi.pt"), load(source)
-    alibi.decoder.alibi_slopes.zero_()
+    alibi.decoder.positions.slopes.zero_()
     original.decoder.embed_positions = None  # what is left of the stock model without positions
     tokens = torch.randint(4, 1000, (2, 40), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
