@@ -196,7 +196,11 @@ def paired_training(job):
     return {"paired_speed_ratio": {mode: base / statistics.median(t) for mode, t in times.items()}}
 
 
-def run_job(job):
+def run_job(job, in_process=False):
+    """One measurement in a fresh subprocess (its peak memory its own); in_process (the smoke
+    test: the same code, without a fairseq start-up per job) in this one."""
+    if in_process:
+        return {**job, **(paired_training(job) if job["kind"] == "paired" else measure(job))}
     proc = subprocess.run([sys.executable, __file__, "--job", json.dumps(job)], capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["killed"])[-1]
@@ -283,7 +287,7 @@ def paired_markdown(paired, steps):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--job", help=argparse.SUPPRESS)
-    p.add_argument("--smoke", action="store_true", help="smallest configuration, printed only (CI)")
+    p.add_argument("--smoke", action="store_true", help="smallest configuration, in this process, printed only (CI)")
     p.add_argument("--arch", default="small", choices=["small", "wiki103"])
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
                    help="sinusoidal (the baseline) is always measured")
@@ -305,7 +309,7 @@ def main():
         args.lengths, args.eval_lengths, args.sliding_batches, args.steps, args.repeats = [64], [576], [], 1, 1
         args.paired_steps = 1
     args.modes = ["sinusoidal"] + [m for m in args.modes if m != "sinusoidal"]
-    results = [run_job(job) for job in plan(args)]
+    results = [run_job(job, in_process=args.smoke) for job in plan(args)]
     paired = [r for r in results if r["kind"] == "paired"]
     table = ratios(best_of_repeats([r for r in results if r["kind"] != "paired"]))
     text = (header(f"arch {args.arch}, {args.dtype}; best of {args.repeats} interleaved runs of {args.steps} steps "
