@@ -20,14 +20,13 @@ What attention asks of a method (attention.attention_bias is the only caller):
 Causal methods (for decoders): NoPositions, Alibi, Rotary, T5Bias, Kerple, Sandwich, Fire. The
 encoder's are bidirectional.EncoderAlibi's five variants, with the same interface.
 """
-import math
 from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .alibi import SCALINGS, alibi_slopes, check_scaling, dynamic_factors, ntk_exponents, scale_slopes
+from .alibi import alibi_slopes, check_scaling, dynamic_factors, ntk_exponents, scale_slopes
 from .rotary import check_rotary, rotary_angles
 from .t5_bias import check_buckets, t5_buckets
 
@@ -262,6 +261,3 @@ class Fire(PositionMethod):
         out = self.mlp((distance / scale.unsqueeze(-1)).unsqueeze(-1).to(weight.dtype))  # (..., Tq, Tk, heads)
         return heads_first(out).float()
 
-
-CAUSAL_METHODS = ("alibi", "rotary", "t5_bias", "nope", "kerple", "sandwich", "fire")
-ALIBI_SCALINGS = SCALINGS
