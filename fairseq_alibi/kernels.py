@@ -70,7 +70,7 @@ def takes_bias(kernel: str, positions) -> Optional[str]:
     return None
 
 
-def unusable(kernel: str, positions, x: Tensor, query_len: int, dropout: bool) -> Optional[str]:
+def unusable(kernel: str, positions, x: Tensor, dropout: bool) -> Optional[str]:
     """None if `kernel` can run this input (x: the layer input, dropout: attention dropout in
     training), else why not."""
     why_not = takes_bias(kernel, positions)
@@ -94,12 +94,12 @@ def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding:
     if requested == "sdpa" or padding:
         return "sdpa"
     if requested == "auto":
-        if unusable("flash", positions, x, query_len, dropout) is None:
+        if unusable("flash", positions, x, dropout) is None:
             return "flash"
-        if query_len > BLOCKED_ABOVE and unusable("blocked", positions, x, query_len, dropout) is None:
+        if query_len > BLOCKED_ABOVE and unusable("blocked", positions, x, dropout) is None:
             return "blocked"
         return "sdpa"
-    why_not = unusable(requested, positions, x, query_len, dropout)
+    why_not = unusable(requested, positions, x, dropout)
     if why_not:
         warn_once(f"attention kernel {requested} cannot run here ({why_not}): using sdpa, which computes "
                   "the same; choose auto to let the model pick")
