@@ -7,7 +7,7 @@ setup:
 	@scripts/setup.sh
 
 experiment: setup
-	examples/wikitext2/run.sh
+	python scripts/experiment.py main
 
 test: setup
 	python -m pytest -q tests

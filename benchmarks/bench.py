@@ -46,7 +46,7 @@ VOCABS = {"small": 33276, "wiki103": 267735}  # WikiText-2's and WikiText-103's 
 TOKENS = 4096  # tokens per training batch (--max-tokens of the CPU recipe)
 
 
-def build(mode, arch, device, dtype):
+def build(mode, arch, device, dtype, vocab=None):
     from fairseq_alibi.decoder import SMALL_TWIN_FLAGS
     from fairseq_alibi.build import build_model
 
@@ -60,7 +60,7 @@ def build(mode, arch, device, dtype):
         if mode in ("alibi_dense", "fork"):
             flags = ["--alibi-attention", "sdpa"]
     torch.manual_seed(0)
-    model, _ = build_model(name, VOCABS[arch], flags)
+    model, _ = build_model(name, vocab or VOCABS[arch], flags)
     if mode == "fork":
         make_fork_style(model.decoder)
     return model.to(device=device, dtype=dtype)
@@ -124,11 +124,12 @@ def measure(job):
     """One measurement: returns tokens/s and peak memory in MiB."""
     device = torch.device(job["device"])
     dtype = getattr(torch, job["dtype"])
-    model = build(job["mode"], job["arch"], device, dtype)
+    vocab, tokens = job.get("vocab") or VOCABS[job["arch"]], job.get("tokens") or TOKENS
+    model = build(job["mode"], job["arch"], device, dtype, vocab)
     steps, warmup = job["steps"], 1
     if job["kind"] == "forward":
         model.eval()
-        data = batches(job["length"], job["length"], steps + warmup, device, VOCABS[job["arch"]])
+        data = batches(job["length"], job["length"], steps + warmup, device, vocab)
         with torch.no_grad():
             for i, x in enumerate(data):
                 if i == warmup:
@@ -139,7 +140,7 @@ def measure(job):
     elif job["kind"] == "train":
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-        data = batches(job["length"], TOKENS, steps + warmup, device, VOCABS[job["arch"]])
+        data = batches(job["length"], tokens, steps + warmup, device, vocab)
         for i, x in enumerate(data):
             if i == warmup:
                 sync(device)
@@ -150,10 +151,10 @@ def measure(job):
         model.eval()
         l_valid, stride, rows = job["length"], job["stride"], job["rows"]
         if stride:  # sliding windows: each scores its last `stride` tokens
-            windows = [batches(l_valid, rows * l_valid, 1, device, VOCABS[job["arch"]])[0] for _ in range(steps + warmup)]
+            windows = [batches(l_valid, rows * l_valid, 1, device, vocab)[0] for _ in range(steps + warmup)]
             data, score_from = windows, l_valid - stride
         else:
-            data, score_from = batches(l_valid, max(l_valid, TOKENS), steps + warmup, device, VOCABS[job["arch"]]), 0
+            data, score_from = batches(l_valid, max(l_valid, tokens), steps + warmup, device, vocab), 0
         with torch.no_grad():
             for i, x in enumerate(data):
                 if i == warmup:
@@ -178,9 +179,10 @@ def paired_training(job):
 
     device, dtype = torch.device(job["device"]), getattr(torch, job["dtype"])
     modes = job["modes"]
-    models = {mode: build(mode, job["arch"], device, dtype).train() for mode in modes}
+    vocab, tokens = job.get("vocab") or VOCABS[job["arch"]], job.get("tokens") or TOKENS
+    models = {mode: build(mode, job["arch"], device, dtype, vocab).train() for mode in modes}
     optimizers = {mode: torch.optim.Adam(m.parameters(), lr=1e-4) for mode, m in models.items()}
-    x = batches(job["length"], TOKENS, 1, device, VOCABS[job["arch"]])[0]
+    x = batches(job["length"], tokens, 1, device, vocab)[0]
     times = {mode: [] for mode in modes}
     for step in range(job["steps"] + 1):
         turn = step % len(modes)
@@ -211,7 +213,8 @@ def run_job(job, in_process=False):
 def plan(args):
     """Training jobs are repeated, interleaved across modes, so that drift hits all modes alike."""
     jobs = []
-    base = {"arch": args.arch, "device": args.device, "dtype": args.dtype, "steps": args.steps}
+    base = {"arch": args.arch, "device": args.device, "dtype": args.dtype, "steps": args.steps,
+            "vocab": args.vocab, "tokens": args.tokens}
     for length in args.lengths:
         for repeat in range(args.repeats):
             for mode in args.modes:
@@ -305,9 +308,11 @@ def main():
         job = json.loads(args.job)
         print(json.dumps(paired_training(job) if job["kind"] == "paired" else measure(job)))
         return
-    if args.smoke:  # every mode, every kind but sliding windows (the same forward); 576 tokens: blocked kernels
+    args.vocab, args.tokens = None, None  # the arch's dictionary; TOKENS per training batch
+    if args.smoke:  # every mode, every kind but sliding windows (the same forward); 576 tokens: blocked
+        # kernels; the smallest dictionary the adaptive cutoffs (2000, 10000) take, and small batches
         args.lengths, args.eval_lengths, args.sliding_batches, args.steps, args.repeats = [64], [576], [], 1, 1
-        args.paired_steps = 1
+        args.paired_steps, args.vocab, args.tokens = 1, 10004, 256
     args.modes = ["sinusoidal"] + [m for m in args.modes if m != "sinusoidal"]
     results = [run_job(job, in_process=args.smoke) for job in plan(args)]
     paired = [r for r in results if r["kind"] == "paired"]

@@ -10,8 +10,12 @@
 # Appends one JSON line per (checkpoint, split, L_valid, stride), with fairseq-eval-lm's loss and
 # perplexity as its evaluation code returns them (all in one process: scripts/evaluate.py) and the
 # wall time, loading included; SPLIT=valid|test (default valid);
-# LABEL names the checkpoint's row in scripts/results.py (default: its method).
-# SCALING extends a model past its training length without retraining, by SCALING_FACTOR:
+# LABEL names the checkpoint's row in scripts/results.py (default: its method). Each row also
+# records the checkpoint's training seed, the code's commit and the machine; ROW_FIELDS, a JSON
+# object, adds fields of the caller's (scripts/experiment.py: the experiment and its recipe).
+# SCALING extends a model past its training length without retraining, by SCALING_FACTOR (a list,
+# e.g. "none linear", scores each; without SCALING_FACTOR a scaling is scored past L only, where its
+# factor exceeds 1):
 # ALiBi checkpoints: linear|ntk|dynamic_ntk rescale the slopes (factor default: L_valid / L_train
 # for linear and ntk, 1 for dynamic_ntk); rotary checkpoints: linear|ntk|yarn (default
 # L_valid / L_train). ALIBI_SCALING and ALIBI_SCALING_FACTOR are the earlier names of both.
@@ -29,8 +33,12 @@ fail() { echo "error: $*" >&2; exit 1; }
 [ -f "$checkpoint" ] || fail "no checkpoint at $checkpoint ($usage)"
 [ -f "$data/dict.txt" ] || fail "$data has no dict.txt: DATA is a binarized data directory ($usage)"
 case $out in *.jsonl) ;; *) fail "OUT ($out) must be a .jsonl file, where results are appended ($usage)" ;; esac
+if [ -n "${ROW_FIELDS:-}" ]; then
+  python3 -c 'import json, sys; assert isinstance(json.loads(sys.argv[1]), dict)' "$ROW_FIELDS" 2>/dev/null \
+    || fail "ROW_FIELDS must be a JSON object, e.g. '{\"experiment\": \"mine\"}', got '$ROW_FIELDS'"
+fi
 [ -f "$data/$split.idx" ] || fail "$data has no $split split: SPLIT is one of $(cd "$data" && ls *.idx 2>/dev/null | sed 's/\.idx$//' | tr '\n' ' ')"
-scaling=${SCALING:-${ALIBI_SCALING:-none}}
+scalings=${SCALING:-${ALIBI_SCALING:-none}}
 scaling_factor=${SCALING_FACTOR:-${ALIBI_SCALING_FACTOR:-}}
 if [ -n "$scaling_factor" ]; then
   python3 -c 'import math, sys; f = float(sys.argv[1]); assert math.isfinite(f) and f > 0' "$scaling_factor" 2>/dev/null \
@@ -74,31 +82,37 @@ for key in overrides:
         sys.exit(f"error: --model-overrides names {key!r}, which {sys.argv[1]}'s model config lacks, so fairseq "
                  "would ignore it" + (f": did you mean {close[0]!r}?" if close else ""))
 method = model["_name"].split("_transformer_lm")[0]
+seed = (cfg.get("common") or {}).get("seed")
 print(model["_name"], cfg["task"]["tokens_per_sample"], int(f"{method}_scaling" in model),
-      history[-1].get("num_updates", -1), int("max_tokens" in model))
+      history[-1].get("num_updates", -1), int("max_tokens" in model), "-" if seed is None else seed)
 EOF
 ) || exit 1
-read -r model train_length has_scaling updates fork <<< "$info"
+read -r model train_length has_scaling updates fork seed <<< "$info"
 # The paper's fork saves ALiBi models as transformer_lm: scored as they are, they are sinusoidal.
 [ "$fork" = 0 ] || fail "$checkpoint is a checkpoint of the paper's fork, which fairseq would score as sinusoidal: convert it first with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt"
-case $scaling:$model in
-  none:*|linear:alibi_*|ntk:alibi_*|dynamic_ntk:alibi_*|linear:rotary_*|ntk:rotary_*|yarn:rotary_*) ;;
-  *:alibi_*) fail "SCALING=$scaling: ALiBi takes none, linear, ntk or dynamic_ntk" ;;
-  *:rotary_*) fail "SCALING=$scaling: rotary takes none, linear, ntk or yarn" ;;
-  *) fail "SCALING applies to ALiBi and rotary checkpoints, $checkpoint is $model" ;;
-esac
-if [ "$scaling" != none ] && [ "$has_scaling" != 1 ]; then
-  # fairseq silently ignores --model-overrides of fields a checkpoint's config lacks.
-  case $model in
-    alibi_*) fail "$checkpoint predates ALiBi scaling: add it with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt" ;;
-    *) fail "$checkpoint predates rotary scaling (no rotary_scaling in its config): retrain it with this version" ;;
+for scaling in $scalings; do
+  case $scaling:$model in
+    none:*|linear:alibi_*|ntk:alibi_*|dynamic_ntk:alibi_*|linear:rotary_*|ntk:rotary_*|yarn:rotary_*) ;;
+    *:alibi_*) fail "SCALING=$scaling: ALiBi takes none, linear, ntk or dynamic_ntk" ;;
+    *:rotary_*) fail "SCALING=$scaling: rotary takes none, linear, ntk or yarn" ;;
+    *) fail "SCALING applies to ALiBi and rotary checkpoints, $checkpoint is $model" ;;
   esac
-fi
+  if [ "$scaling" != none ] && [ "$has_scaling" != 1 ]; then
+    # fairseq silently ignores --model-overrides of fields a checkpoint's config lacks.
+    case $model in
+      alibi_*) fail "$checkpoint predates ALiBi scaling: add it with python -m fairseq_alibi.convert_checkpoint $checkpoint NEW.pt" ;;
+      *) fail "$checkpoint predates rotary scaling (no rotary_scaling in its config): retrain it with this version" ;;
+    esac
+  fi
+done
 prefix=${model%%_transformer_lm*}
 
 mkdir -p "$(dirname "$out")"
 jobs=()  # L_valid, stride, stride rule, context window, scaling, factor, overrides: tab-separated
+for scaling in $scalings; do
 for l_valid in $lengths; do
+  # Without SCALING_FACTOR a scaling's factor is 1 up to the training length: the model unscaled.
+  if [ "$scaling" != none ] && [ -z "$scaling_factor" ] && [ "$l_valid" -le "$train_length" ]; then continue; fi
   for stride in $strides; do  # a number, or /K for L_valid / K
     stride_rule=$stride
     case $stride in /*) stride=$((l_valid / ${stride#/})); stride_rule="L_valid$stride_rule" ;; esac
@@ -116,7 +130,8 @@ for l_valid in $lengths; do
     jobs+=("$l_valid"$'\t'"$stride"$'\t'"$stride_rule"$'\t'"$context"$'\t'"$scaling"$'\t'"$factor"$'\t'"$overrides")
   done
 done
+done
 # All of them in one process, by fairseq's own evaluation (see scripts/evaluate.py).
 [ ${#jobs[@]} -gt 0 ] || exit 0
 printf '%s\n' "${jobs[@]}" | python3 "$here/scripts/evaluate.py" "$checkpoint" "$data" "$out" "$split" "${LABEL:-}" \
-  "$model" "$train_length" "$updates" "$user_overrides" -- "${extra[@]}"
+  "$model" "$train_length" "$updates" "$seed" "$user_overrides" -- "${extra[@]}"

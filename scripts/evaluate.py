@@ -1,9 +1,10 @@
 """scripts/eval.sh's worker: score one checkpoint at several (L_valid, stride) in one process.
 
-    python3 scripts/evaluate.py CHECKPOINT DATA OUT.jsonl SPLIT LABEL MODEL TRAIN_LENGTH UPDATES \
+    python3 scripts/evaluate.py CHECKPOINT DATA OUT.jsonl SPLIT LABEL MODEL TRAIN_LENGTH UPDATES SEED \
         USER_OVERRIDES < JOBS [-- fairseq-eval-lm flags]
 
-MODEL, TRAIN_LENGTH, UPDATES: what eval.sh read from the checkpoint, recorded with each result.
+MODEL, TRAIN_LENGTH, UPDATES, SEED ("-": unknown): what eval.sh read from the checkpoint, recorded
+with each result, with the code's commit, the machine and the fields of $ROW_FIELDS (a JSON object).
 JOBS: one line per evaluation, tab-separated: L_valid, stride, stride rule, context window,
 scaling, scaling factor, the script's model overrides (a Python dict); USER_OVERRIDES (a dict, checked
 by eval.sh) are merged into each job's and win. eval.sh has checked everything.
@@ -18,6 +19,7 @@ import json
 import logging
 import math
 import os
+import runpy
 import sys
 import tempfile
 import time
@@ -38,7 +40,10 @@ from fairseq_cli import eval_lm  # noqa: E402
 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 argv = sys.argv[1:]
 extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-checkpoint, data, out, split, label, model_name, train_length, updates, user_overrides = argv[:9]
+checkpoint, data, out, split, label, model_name, train_length, updates, seed, user_overrides = argv[:10]
+provenance = runpy.run_path(os.path.join(here, "fairseq_alibi", "provenance.py"))
+recorded = {"seed": None if seed == "-" else int(seed), "commit": provenance["commit"](),
+            "machine": provenance["machine"](), **json.loads(os.environ.get("ROW_FIELDS") or "{}")}
 
 # Tokens scored: every token of the split once, whatever the window (what fairseq counts too).
 dictionary = Dictionary.load(os.path.join(data, "dict.txt"))
@@ -82,7 +87,7 @@ for line in sys.stdin:
         "updates": int(updates), "split": split, "l_valid": int(l_valid), "stride": int(stride),
         "stride_rule": stride_rule, "scaling": scaling, "scaling_factor": float(factor) if scaling != "none" else None,
         "loss_base2": loss, "perplexity": perplexity, "tokens": tokens, "seconds": round(seconds, 2),
-        "tokens_per_s": tokens / seconds,
+        "tokens_per_s": tokens / seconds, **recorded,
     })
     with open(out, "a") as f:
         f.write(row + "\n")

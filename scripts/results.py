@@ -6,7 +6,9 @@
 Writes, per (split, stride): DIR/table_<split>_stride<S>.{md,csv} with one row per (method,
 train L) and one column per L_valid (the layout of the paper's Table 5 / Tables 13-15), and
 DIR/figure_<split>_stride<S>.png (perplexity against L_valid; ALiBi solid, its slope scalings
-dotted, the other methods dashed).
+dotted, the other methods dashed). Rows of one method from several training seeds (the rows'
+`seed`) are one line: mean ± sample standard deviation with n in the tables, the mean with a
+± std band in the figures.
 Prints the Markdown tables.
 """
 import argparse
@@ -32,12 +34,11 @@ ORDER = [m + s for m in METHODS.values() for s in SCALINGS.values()]
 
 
 def method_name(row):
-    """The row's label: eval.sh's LABEL if given, else the method (+ its slope scaling)."""
-    if row.get("label"):
-        return row["label"]
+    """The row's label: eval.sh's LABEL if given, else the method; + its inference-time scaling."""
     model = row["model"]
-    method = next((name for prefix, name in METHODS.items() if model.startswith(prefix)), model)
-    return method + SCALINGS[row.get("scaling") or "none"]
+    method = row.get("label") or next((name for prefix, name in METHODS.items() if model.startswith(prefix)), model)
+    scaling = SCALINGS[row.get("scaling") or "none"]
+    return method if method.endswith(scaling) else method + scaling
 
 
 def read_json_lines(path):
@@ -55,78 +56,126 @@ def read_json_lines(path):
 
 
 def load(paths):
+    """{(split, stride rule, label, train L, seed, checkpoint, l_valid): perplexity}; the last
+    measurement of a configuration wins (reruns append)."""
     rows = {}
     for path in paths:
         for r in read_json_lines(path):
-            # The last measurement of a configuration wins (reruns append).
             stride = r.get("stride_rule") or str(r["stride"])  # "L_valid/2": one table
-            key = (r["split"], stride, method_name(r), r["train_length"], r["checkpoint"], r["l_valid"])
+            key = (r["split"], stride, method_name(r), r["train_length"], r.get("seed"), r["checkpoint"], r["l_valid"])
             rows[key] = r["perplexity"]
     return rows
 
 
 def tables(rows):
-    """{(split, stride): (l_valids, {(method, train L): {l_valid: ppl}})}, one line per checkpoint:
-    where checkpoints share a method and L, the label names each one's file."""
-    by_checkpoint = defaultdict(lambda: defaultdict(dict))
-    for (split, stride, method, train_length, checkpoint, l_valid), ppl in rows.items():
-        by_checkpoint[(split, stride)][(method, train_length, checkpoint)][l_valid] = ppl
-    grouped = defaultdict(dict)
-    for table, lines in by_checkpoint.items():
-        for (method, train_length, checkpoint), line in lines.items():
-            shared = sum(1 for m, t, _ in lines if (m, t) == (method, train_length)) > 1
-            if shared:
+    """{(split, stride): (l_valids, {(label, train L): {l_valid: [ppl of each run]}})}: the runs of a
+    label are its seeds; where two checkpoints share a label, train L and seed (two runs, not two
+    seeds), the label names each one's file."""
+    by_run = defaultdict(lambda: defaultdict(dict))
+    for (split, stride, label, train_length, seed, checkpoint, l_valid), ppl in rows.items():
+        by_run[(split, stride)][(label, train_length, seed, checkpoint)][l_valid] = ppl
+    grouped = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for table, runs in by_run.items():
+        for (label, train_length, seed, checkpoint), line in runs.items():
+            if sum(1 for lb, t, sd, _ in runs if (lb, t, sd) == (label, train_length, seed)) > 1:
                 path = os.path.abspath(checkpoint)
-                method = f"{method} ({os.path.basename(os.path.dirname(path))}/{os.path.basename(path)})"
-            grouped[table][(method, train_length)] = line
+                label = f"{label} ({os.path.basename(os.path.dirname(path))}/{os.path.basename(path)})"
+            for l_valid, ppl in line.items():
+                grouped[table][(label, train_length)][l_valid].append(ppl)
     out = {}
     for key, lines in sorted(grouped.items()):
         l_valids = sorted({lv for line in lines.values() for lv in line})
-        rank = lambda kv: (ORDER.index(kv[0][0]) if kv[0][0] in ORDER else len(ORDER), kv[0][0], kv[0][1])  # noqa: E731
-        out[key] = (l_valids, dict(sorted(lines.items(), key=rank)))
+        rank = lambda kv: (ORDER.index(kv[0][0]) if kv[0][0] in ORDER else len(ORDER), kv[0][0], kv[0][1] or 0)  # noqa: E731
+        out[key] = (l_valids, {k: dict(v) for k, v in sorted(lines.items(), key=rank)})
     return out
 
 
+def mean_std(values):
+    """Mean and sample standard deviation (0 for one value)."""
+    mean = sum(values) / len(values)
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+    return mean, std
+
+
+def cell(values, n):
+    """mean ± std over the seeds; (n=k) where this length has fewer runs than the row."""
+    mean, std = mean_std(values)
+    text = f"{mean:.2f} ± {std:.2f}" if len(values) > 1 else f"{mean:.2f}"
+    return text + (f" (n={len(values)})" if len(values) != n else "")
+
+
 def markdown(l_valids, lines):
-    head = "| Train L | " + " | ".join(f"L_valid {lv}" for lv in l_valids) + " |"
-    sep = "|---|" + "---|" * len(l_valids)
-    body = [
-        f"| {method} {train_length} | "
-        + " | ".join(f"{line[lv]:.2f}" if lv in line else "" for lv in l_valids)
-        + " |"
-        for (method, train_length), line in lines.items()
-    ]
+    """One row per (label, train L); with several seeds, cells are mean ± std and n is the seeds'
+    count."""
+    seeded = any(len(v) > 1 for line in lines.values() for v in line.values())
+    head = "| Train L | " + ("n | " if seeded else "") + " | ".join(f"L_valid {lv}" for lv in l_valids) + " |"
+    sep = "|---|" + ("---|" if seeded else "") + "---|" * len(l_valids)
+    body = []
+    for (label, train_length), line in lines.items():
+        n = max(len(v) for v in line.values())
+        body.append(f"| {label} {train_length if train_length is not None else ''}".rstrip() + " | "
+                    + (f"{n} | " if seeded else "")
+                    + " | ".join(cell(line[lv], n) if lv in line else "" for lv in l_valids) + " |")
     return "\n".join([head, sep, *body]) + "\n"
 
 
 def write_csv(path, l_valids, lines):
+    """Means per length, then standard deviations and run counts (std_<L_valid>, n_<L_valid>)."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["method", "train_length", *l_valids])
-        for (method, train_length), line in lines.items():
-            w.writerow([method, train_length, *(line.get(lv, "") for lv in l_valids)])
+        w.writerow(["method", "train_length", *l_valids, *(f"std_{lv}" for lv in l_valids),
+                    *(f"n_{lv}" for lv in l_valids)])
+        for (label, train_length), line in lines.items():
+            stats = {lv: mean_std(line[lv]) for lv in line}
+            w.writerow([label, "" if train_length is None else train_length,
+                        *(stats[lv][0] if lv in stats else "" for lv in l_valids),
+                        *(stats[lv][1] if lv in stats else "" for lv in l_valids),
+                        *(len(line[lv]) if lv in line else "" for lv in l_valids)])
 
 
 def figure(path, title, lines):
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    for (method, train_length), line in lines.items():
+    """Perplexity against L_valid: each label's mean over its seeds, its spread (mean ± std) as a band."""
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    for (label, train_length), line in lines.items():
         xs = sorted(line)
-        style = "-" if method == "ALiBi" else ":" if method.startswith("ALiBi") else "--"
-        ax.plot(xs, [line[x] for x in xs], marker="o", linestyle=style,
-                label=f"{method}, L={train_length}")
+        stats = [mean_std(line[x]) for x in xs]
+        style = "-" if label == "ALiBi" else ":" if label.startswith("ALiBi") else "--"
+        if label.lower().startswith("unigram"):
+            style = "-."
+        name = label if train_length is None else f"{label}, L={train_length}"
+        (drawn,) = ax.plot(xs, [m for m, _ in stats], marker="o", linestyle=style, label=name)
+        if any(len(line[x]) > 1 for x in xs):
+            ax.fill_between(xs, [m - s for m, s in stats], [m + s for m, s in stats], color=drawn.get_color(),
+                            alpha=0.2, linewidth=0)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
     ax.set_xlabel("Validation input length (L_valid)")
-    ax.set_ylabel("Perplexity")
+    ax.set_ylabel("Perplexity (mean over seeds; band: ± std)")
     ax.set_title(title)
-    ax.legend()
+    ax.legend(fontsize="small")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def write_tables(rows, out):
+    """Every (split, stride)'s table (.md, .csv) and figure into out; returns the printed text."""
+    os.makedirs(out, exist_ok=True)
+    printed = []
+    for (split, stride), (l_valids, lines) in tables(rows).items():
+        name = f"{split}_stride{stride.replace('L_valid/', '_Lvalid_over_')}"
+        kind = "nonoverlapping" if stride == "0" else f"sliding window, stride {stride}"
+        md = markdown(l_valids, lines)
+        with open(os.path.join(out, f"table_{name}.md"), "w") as f:
+            f.write(md)
+        write_csv(os.path.join(out, f"table_{name}.csv"), l_valids, lines)
+        figure(os.path.join(out, f"figure_{name}.png"), f"{split} perplexity, {kind}", lines)
+        printed.append(f"\n{split} perplexity, {kind}:\n\n{md}")
+    return "".join(printed)
 
 
 def main():
@@ -137,16 +186,7 @@ def main():
     rows = load(args.results)
     if not rows:
         p.error(f"no results in {', '.join(args.results)}: run scripts/eval.sh first")
-    os.makedirs(args.out, exist_ok=True)
-    for (split, stride), (l_valids, lines) in tables(rows).items():
-        name = f"{split}_stride{stride.replace('L_valid/', '_Lvalid_over_')}"
-        kind = "nonoverlapping" if stride == "0" else f"sliding window, stride {stride}"
-        md = markdown(l_valids, lines)
-        with open(os.path.join(args.out, f"table_{name}.md"), "w") as f:
-            f.write(md)
-        write_csv(os.path.join(args.out, f"table_{name}.csv"), l_valids, lines)
-        figure(os.path.join(args.out, f"figure_{name}.png"), f"{split} perplexity, {kind}", lines)
-        print(f"\n{split} perplexity, {kind}:\n\n{md}")
+    print(write_tables(rows, args.out))
 
 
 if __name__ == "__main__":

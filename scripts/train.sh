@@ -66,30 +66,10 @@ elif [ "${SLURM_NTASKS:-1}" -gt 1 ]; then
   launcher=(--distributed-world-size "$SLURM_NTASKS" --distributed-port "${MASTER_PORT:-29500}")
 fi
 
-if [ "$preset" = wiki103 ]; then
-  # The paper: 8 GPUs x 9216 tokens per update (L=3072: 3072 tokens x update-freq 3), NAG,
-  # lr 1.0 with a cosine schedule after 16k warmup updates from 1e-7, 286k updates.
-  tokens=9216; freq=1
-  [ "$length" -ge 3072 ] && { tokens=3072; freq=3; }
-  workers=$(( world > 0 ? world : 1 ))
-  if (( 8 % workers != 0 )); then
-    fail "$workers GPUs: the paper's batch (8 x $tokens tokens) needs 1, 2, 4 or 8 GPUs (or set --max-tokens/--update-freq yourself after --)"
-  fi
-  freq=$(( freq * 8 / workers ))
-  recipe=(--max-update 286000 --lr 1.0 --t-mult 2 --lr-period-updates 270000 --lr-scheduler cosine
-          --lr-shrink 0.75 --warmup-updates 16000 --warmup-init-lr 1e-07 --stop-min-lr 1e-09
-          --optimizer nag --min-lr 0.0001 --clip-norm 0.1 --max-tokens "$tokens" --update-freq "$freq"
-          --seed 1 --required-batch-size-multiple 1 --save-interval-updates 2000)
-else
-  # CPU scale on WikiText-2, tuned for the most model in minutes on 2 cores
-  # (examples/wikitext2/results/PROVENANCE.md): Adam, lr 0.003 after 100 warmup updates, decaying
-  # linearly to 0 at the last update (--total-num-update = --max-update, set below), batches of
-  # 2048 tokens, no dropout (a run is about one epoch).
-  recipe=(--max-update 1400 --optimizer adam --adam-betas '(0.9,0.98)' --lr 0.003
-          --lr-scheduler polynomial_decay --warmup-updates 100 --dropout 0.0 --clip-norm 0.1
-          --max-tokens 2048 --seed 1 --required-batch-size-multiple 1 --num-workers 0
-          --save-interval-updates 100)
-fi
+# The recipe by name (fairseq_alibi/recipes.py, the experiment runner's too).
+workers=$(( world > 0 ? world : 1 ))
+mapfile -d '' recipe < <(python3 "$here/fairseq_alibi/recipes.py" flags "$preset" "$length" "$workers") \
+  && [ ${#recipe[@]} -gt 0 ] || exit 1
 
 if [ "$node_gpus" -gt 0 ]; then
   precision=(--fp16)
@@ -103,30 +83,24 @@ else
   precision=(--cpu)
 fi
 
-# What a checkpoint already in SAVE_DIR holds: refuse another run, skip a finished one.
+# What a checkpoint already in SAVE_DIR holds: refuse another run, skip a finished one
+# (recipes.run_status: the one definition of a finished run).
 args=("${recipe[@]}" "$@")  # the last --max-update given wins, as in fairseq
 for ((i = 0; i < ${#args[@]} - 1; i++)); do
   if [ "${args[i]}" = --max-update ]; then max_update=${args[i + 1]}; fi
 done
+case $max_update in ''|*[!0-9]*) fail "--max-update must be a non-negative integer, got '$max_update'" ;; esac
 for ((i = 0; i < ${#model[@]} - 1; i++)); do
   if [ "${model[i]}" = --arch ]; then arch=${model[i + 1]}; fi
 done
-if [ -f "$save_dir/checkpoint_last.pt" ]; then
-  read -r done_arch done_length done_updates < <(python3 - "$save_dir/checkpoint_last.pt" 2>/dev/null <<'EOF'
-import sys, torch
-state = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)
-model = state["cfg"]["model"]  # _name is the --arch given (arch itself only in argparse-era configs)
-print(model.get("arch") or model["_name"], state["cfg"]["task"]["tokens_per_sample"],
-      state["optimizer_history"][-1]["num_updates"])
-EOF
-  ) || fail "$save_dir/checkpoint_last.pt is unreadable: move it away or choose another SAVE_DIR"
-  if [ "$done_arch $done_length" != "$arch $length" ] && [ "${CONTINUE_RUN:-0}" != 1 ]; then
-    fail "$save_dir holds another run ($done_arch at L=$done_length, $done_updates updates), not $arch at L=$length: choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one"
-  fi
-  if [ "$done_updates" -ge "$max_update" ]; then
-    echo "$save_dir is already trained ($done_updates updates, --max-update $max_update): nothing to do"
-    exit 0
-  fi
+other_ok=()
+[ "${CONTINUE_RUN:-0}" = 1 ] && other_ok=(--other-ok)
+read -r state done_updates < <(python3 "$here/fairseq_alibi/recipes.py" status "$save_dir" "$arch" "$length" \
+  "$max_update" "${other_ok[@]}" || echo failed)
+[ "$state" != failed ] || exit 1
+if [ "$state" = finished ]; then
+  echo "$save_dir is already trained ($done_updates updates, --max-update $max_update): nothing to do"
+  exit 0
 fi
 
 # The small preset's learning rate reaches 0 at the run's last update (unless told otherwise).

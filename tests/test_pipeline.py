@@ -39,7 +39,8 @@ def test_eval_script_writes_json_lines_and_results_tables(toy_checkpoint, wt2_sl
                  "table_valid_stride16.md", "figure_valid_stride16.png"]:
         assert (tmp_path / "tables" / name).stat().st_size > 0
     csv_rows = (tmp_path / "tables" / "table_valid_stride0.csv").read_text().splitlines()
-    assert csv_rows[0] == "method,train_length,32,128" and csv_rows[1].startswith("ALiBi,32,")
+    assert csv_rows[0] == "method,train_length,32,128,std_32,std_128,n_32,n_128"
+    assert csv_rows[1].startswith("ALiBi,32,") and csv_rows[1].endswith(",0.0,0.0,1,1")
 
 
 def evaluate(checkpoint, data, l_valid, context_window, batch_size):
@@ -134,31 +135,54 @@ def test_hydra_configs_train(config, wt2_slice, tmp_path):
     assert state["cfg"]["optimizer"]["_name"] == "nag" and state["optimizer_history"][-1]["num_updates"] == 2
 
 
-def test_comparison_script_toy_run(wt2_slice, tmp_path):
-    """examples/wikitext2/compare.sh end to end at toy size: four methods trained at L=16,
-    evaluated at 2L nonoverlapping and sliding, plus ALiBi's three slope scalings."""
-    env = dict(os.environ, DATA=wt2_slice, L="16", UPDATES="10", L_VALID="16 32",
-               OUT=str(tmp_path / "out"), CHECKPOINTS=str(tmp_path / "checkpoints"),
-               TRAIN_FLAGS=" ".join(["--max-tokens", "1024", *TOY]))
-    printed = run(["examples/wikitext2/compare.sh"], env=env)
-    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
-    runs = {(r["model"].split("_transformer")[0], r["scaling"], r["l_valid"], r["stride_rule"]) for r in rows}
-    methods = [("transformer_lm", "none"), ("rotary", "none"), ("t5_bias", "none"), ("alibi", "none")]
-    scalings = [("alibi", s) for s in ("linear", "ntk", "dynamic_ntk")]
-    expected = {(m, s, lv, rule) for m, s in methods for lv in (16, 32) for rule in ("0", "L_valid/2")}
-    expected |= {(m, s, 32, rule) for m, s in scalings for rule in ("0", "L_valid/2")}  # a = 1 at L
-    assert runs == expected and len(rows) == len(expected)
-    for r in rows:
+def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slice, tmp_path):
+    """scripts/experiment.py end to end at toy size, through examples/wikitext2/compare.sh: ALiBi
+    with two seeds trained at L=16, scored at L and 2L, nonoverlapping and sliding, its three
+    scalings past L, the unigram floor; the table is mean ± std over the seeds. Run again,
+    nothing is trained or scored again; a finished run's checkpoint is left as it is."""
+    out, checkpoints = tmp_path / "out", tmp_path / "checkpoints"
+    command = ["examples/wikitext2/compare.sh", "--data", wt2_slice, "--train-length", "16", "--updates", "4",
+               "--lengths", "16", "32", "--seeds", "1", "2", "--models", "alibi", "--out", out,
+               "--checkpoints", checkpoints, "--train-flags", " ".join(["--max-tokens", "1024", *TOY])]
+    printed = run(command)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    models = [r for r in rows if r["model"] != "unigram"]
+    runs = {(r["label"], r["seed"], r["scaling"], r["l_valid"], r["stride_rule"]) for r in models}
+    expected = {("ALiBi", seed, "none", lv, rule) for seed in (1, 2) for lv in (16, 32) for rule in ("0", "L_valid/2")}
+    expected |= {("ALiBi", seed, s, 32, rule) for seed in (1, 2) for s in ("linear", "ntk", "dynamic_ntk")
+                 for rule in ("0", "L_valid/2")}  # a = 1 at L: not scored
+    assert runs == expected and len(models) == len(expected)
+    for r in models:
         assert math.isfinite(r["perplexity"]) and r["stride"] == (0 if r["stride_rule"] == "0" else r["l_valid"] // 2)
+        assert r["experiment"] == "comparison" and r["recipe"] == "small" and r["updates"] == 4
+        assert r["commit"] and "cores" in r["machine"] and r["checkpoint"].endswith(f"-L16-s{r['seed']}/checkpoint_last.pt")
         assert r["scaling_factor"] == {"none": None, "linear": 2.0, "ntk": 2.0, "dynamic_ntk": 1.0}[r["scaling"]]
-    ppl = {(r["model"].split("_transformer")[0], r["scaling"], r["l_valid"], r["stride"]): r["perplexity"] for r in rows}
+    ppl = {(r["label"], r["seed"], r["scaling"], r["l_valid"], r["stride"]): r["perplexity"] for r in models}
+    assert ppl[("ALiBi", 1, "none", 32, 0)] != ppl[("ALiBi", 2, "none", 32, 0)]  # the seed reached training
     for scaling in ("linear", "ntk", "dynamic_ntk"):  # the scaling reached the model
-        assert ppl[("alibi", scaling, 32, 0)] != ppl[("alibi", "none", 32, 0)]
-    for label in ("| Sinusoidal 16 |", "| Rotary 16 |", "| T5 bias 16 |", "| ALiBi 16 |",
-                  "| ALiBi + linear interp. 16 |", "| ALiBi + NTK 16 |", "| ALiBi + dynamic NTK 16 |"):
+        assert ppl[("ALiBi", 1, scaling, 32, 0)] != ppl[("ALiBi", 1, "none", 32, 0)]
+    (unigram,) = {r["perplexity"] for r in rows if r["model"] == "unigram"}
+    assert 100 < unigram < 5000
+    # The table: mean ± sample std over the two seeds, n = 2, and the floor row.
+    table = (out / "table_valid_stride0.md").read_text()
+    values = [ppl[("ALiBi", seed, "none", 32, 0)] for seed in (1, 2)]
+    mean, std = sum(values) / 2, abs(values[0] - values[1]) / 2 ** 0.5
+    assert f"| ALiBi 16 | 2 | " in table and f"{mean:.2f} ± {std:.2f}" in table
+    assert f"| Unigram (add-one) | 1 | {unigram:.2f} | {unigram:.2f} |" in table
+    for label in ("| ALiBi 16 |", "| ALiBi + linear interp. 16 |", "| ALiBi + NTK 16 |", "| ALiBi + dynamic NTK 16 |"):
         assert printed.count(label) == 2  # nonoverlapping and sliding tables
-    for name in ("table_valid_stride0.md", "table_valid_stride_Lvalid_over_2.csv", "figure_valid_stride_Lvalid_over_2.png"):
-        assert (tmp_path / "out" / name).stat().st_size > 0
+    for name in ("table_valid_stride_Lvalid_over_2.csv", "figure_valid_stride0.png", "figure_valid_stride_Lvalid_over_2.png"):
+        assert (out / name).stat().st_size > 0
+    # Again: nothing trained or scored again, nothing a finished run holds is touched.
+    finished = snapshot(checkpoints / "alibi-L16-s1")
+    again = run(command)
+    assert again.count("nothing to do") == 2
+    assert len((out / "results.jsonl").read_text().splitlines()) == len(rows)
+    after = snapshot(checkpoints / "alibi-L16-s1")
+    assert {k: v for k, v in after.items() if not k.endswith((".log", ".jsonl"))} == {
+        k: v for k, v in finished.items() if not k.endswith((".log", ".jsonl"))}
+    provenance = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert len(provenance) == 2 and all(p["command"].startswith("python scripts/experiment.py comparison") for p in provenance)
 
 
 def test_trade_preset_toy_run(wt2_slice, tmp_path):

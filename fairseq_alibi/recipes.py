@@ -1,0 +1,105 @@
+"""The training recipes by name, and what "a finished run" means: one definition, read by
+scripts/train.sh (through this file's command line) and scripts/experiment.py (`runpy`), so
+neither copies them. Plain Python (torch only to read a checkpoint), no import of the package,
+which would load fairseq.
+
+    python3 fairseq_alibi/recipes.py flags PRESET L WORKERS   the recipe's fairseq-train flags, NUL-separated
+    python3 fairseq_alibi/recipes.py status SAVE_DIR ARCH L MAX_UPDATE [--other-ok]
+                                         'new|resume|finished UPDATES_DONE', or one line of error (exit 1)
+"""
+import sys
+
+# CPU scale on WikiText-2, tuned for the most model in minutes on 2 cores
+# (examples/wikitext2/results/PROVENANCE.md): Adam, lr 0.003 after 100 warmup updates, decaying
+# linearly to 0 at the last update (scripts/train.sh sets --total-num-update = --max-update),
+# batches of 2048 tokens, no dropout (a run is about one epoch).
+SMALL = ("--max-update", "1400", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "0.003",
+         "--lr-scheduler", "polynomial_decay", "--warmup-updates", "100", "--dropout", "0.0",
+         "--clip-norm", "0.1", "--max-tokens", "2048", "--seed", "1", "--required-batch-size-multiple", "1",
+         "--num-workers", "0", "--save-interval-updates", "100")
+
+
+def wiki103(length, workers):
+    """The paper's: 8 GPUs x 9216 tokens per update (L >= 3072: 3072 tokens x update-freq 3), NAG,
+    lr 1.0 with a cosine schedule after 16k warmup updates from 1e-7, 286k updates; fewer GPUs
+    accumulate to the same batch."""
+    tokens, freq = (3072, 3) if length >= 3072 else (9216, 1)
+    if 8 % workers:
+        raise ValueError(f"{workers} GPUs: the paper's batch (8 x {tokens} tokens) needs 1, 2, 4 or 8 GPUs "
+                         "(or set --max-tokens/--update-freq yourself after --)")
+    return ("--max-update", "286000", "--lr", "1.0", "--t-mult", "2", "--lr-period-updates", "270000",
+            "--lr-scheduler", "cosine", "--lr-shrink", "0.75", "--warmup-updates", "16000",
+            "--warmup-init-lr", "1e-07", "--stop-min-lr", "1e-09", "--optimizer", "nag", "--min-lr", "0.0001",
+            "--clip-norm", "0.1", "--max-tokens", str(tokens), "--update-freq", str(freq * 8 // workers),
+            "--seed", "1", "--required-batch-size-multiple", "1", "--save-interval-updates", "2000")
+
+
+def recipe(preset, length, workers=1):
+    """The fairseq-train flags of a recipe by name, at training length `length`."""
+    if preset == "small":
+        return SMALL
+    if preset == "wiki103":
+        return wiki103(length, workers)
+    raise ValueError(f"unknown preset '{preset}': use wiki103 or small")
+
+
+def last_value(flags, name, default=None):
+    """The value of the last `name` in flags (fairseq's argparse: the last one given wins)."""
+    values = [flags[i + 1] for i in range(len(flags) - 1) if flags[i] == name]
+    return values[-1] if values else default
+
+
+def checkpoint_summary(path):
+    """(architecture, training length, updates done) of a fairseq checkpoint."""
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    model = state["cfg"]["model"]  # _name is the --arch given (arch itself only in argparse-era configs)
+    return (model.get("arch") or model["_name"], state["cfg"]["task"]["tokens_per_sample"],
+            state["optimizer_history"][-1]["num_updates"])
+
+
+class RunConflict(ValueError):
+    """SAVE_DIR holds something other than the run asked for."""
+
+
+def run_status(save_dir, arch, length, max_update, other_ok=False):
+    """("new" | "resume" | "finished", updates done): a run is finished when its checkpoint_last.pt
+    has reached max_update updates. Raises RunConflict (one line) for an unreadable checkpoint, or one of
+    another architecture or length unless other_ok."""
+    import os
+
+    last = os.path.join(save_dir, "checkpoint_last.pt")
+    if not os.path.isfile(last):
+        return "new", 0
+    try:
+        done_arch, done_length, done_updates = checkpoint_summary(last)
+    except Exception:  # noqa: BLE001  (whatever torch or a truncated file raises)
+        raise RunConflict(f"{last} is unreadable: move it away or choose another SAVE_DIR") from None
+    if (done_arch, done_length) != (arch, length) and not other_ok:
+        raise RunConflict(f"{save_dir} holds another run ({done_arch} at L={done_length}, {done_updates} updates), "
+                          f"not {arch} at L={length}: choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one")
+    return ("finished" if done_updates >= max_update else "resume"), done_updates
+
+
+def main(argv):
+    command, *args = argv
+    if command == "flags":
+        preset, length, workers = args
+        try:
+            flags = recipe(preset, int(length), max(int(workers), 1))
+        except ValueError as e:
+            sys.exit(f"error: {e}")
+        sys.stdout.write("\0".join(flags) + "\0")
+    elif command == "status":
+        save_dir, arch, length, max_update, *rest = args
+        try:
+            print(*run_status(save_dir, arch, int(length), int(max_update), other_ok="--other-ok" in rest))
+        except RunConflict as e:
+            sys.exit(f"error: {e}")
+    else:
+        sys.exit(f"error: unknown command {command!r}: flags or status")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

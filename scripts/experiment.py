@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Run a declared experiment: train each (model, seed) once, score each at every length and
+stride, and tabulate the seeds as mean ± std.
+
+    python scripts/experiment.py NAME [--seeds 1 2 3] [--updates N] [--out DIR] ...
+    python scripts/experiment.py --list
+
+An experiment is declared once, below (EXPERIMENTS): its models (a label, scripts/train.sh's
+METHOD and flags, the inference-time scalings scored past L), the recipe by name
+(fairseq_alibi/recipes.py, the one scripts/train.sh uses), the training length, the seeds and the
+evaluation grid. Each (model, seed) trains through scripts/train.sh into
+CHECKPOINTS/<label>-L<L>-s<seed>: an interrupted training resumes from its last checkpoint and a
+finished one (recipes.run_status) is left untouched. Each missing (length, stride, scaling) is
+scored through scripts/eval.sh and appended to OUT/results.jsonl, a row carrying the label, the
+seed, the recipe, the commit and the machine; nothing is ever deleted, so stopping (Ctrl-C) and
+running the same command again continues where it stopped. The unigram model (scripts/unigram.py)
+is every table's floor row. Tables and figures (scripts/results.py) are rebuilt from the rows of the
+declared runs after each job; OUT/runs.jsonl records each invocation (command, commit, machine,
+start, wall time).
+"""
+import argparse
+import dataclasses
+import fcntl
+import json
+import os
+import re
+import runpy
+import shlex
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+recipes = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "recipes.py"))
+provenance = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "provenance.py"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    label: str  # the row's name in every table
+    method: str  # scripts/train.sh METHOD
+    flags: tuple = ()  # its fairseq-train flags, after the recipe's
+    scalings: tuple = ()  # scripts/eval.sh SCALING values, scored past the training length
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    about: str
+    models: tuple
+    recipe: str = "small"  # fairseq_alibi/recipes.py
+    train_length: int = 64
+    seeds: tuple = (1, 2, 3)
+    multiples: tuple = (1, 2, 4, 8, 16)  # L_valid = multiple x L
+    strides: tuple = ("0", "/2")  # scripts/eval.sh STRIDE: nonoverlapping, sliding by L_valid/2
+    split: str = "valid"
+
+
+SINUSOIDAL = Model("Sinusoidal", "sinusoidal")
+ALIBI = Model("ALiBi", "alibi", scalings=("linear", "ntk", "dynamic_ntk"))
+EXPERIMENTS = {
+    "main": Experiment(
+        "The README's main job: ALiBi and the sinusoidal model trained at L=64, scored to 16L.",
+        (SINUSOIDAL, dataclasses.replace(ALIBI, scalings=())), seeds=(1,)),
+    "comparison": Experiment(
+        "Every causal method on one recipe, trained at L=64, scored to 16L, nonoverlapping and sliding.",
+        (SINUSOIDAL,
+         Model("Rotary", "rotary", scalings=("linear", "ntk", "yarn")),
+         Model("T5 bias", "t5_bias"),
+         ALIBI,
+         Model("NoPE", "nope"),
+         Model("KERPLE log", "kerple", ("--kerple-variant", "log")),
+         Model("KERPLE power", "kerple", ("--kerple-variant", "power")),
+         Model("Sandwich", "sandwich"),
+         # FIRE's interpolation threshold starts at the training length (the module's default, 512,
+         # would leave it unused below 512 tokens).
+         Model("FIRE", "fire", ("--fire-init-threshold", "64")))),
+}
+
+def slug(label):
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+
+
+def duration(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def read_rows(path):
+    """The rows of a results file so far; a line cut short by an interrupted write is skipped (it
+    is measured again)."""
+    rows = []
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    return rows
+
+
+def row_key(row):
+    """What one measurement is: checkpoint, its updates, length, stride, scaling, split."""
+    return (row.get("checkpoint"), row.get("updates"), row["l_valid"], row.get("stride_rule"),
+            row.get("scaling") or "none", row["split"])
+
+
+def stride_rule(stride):
+    return f"L_valid{stride}" if stride.startswith("/") else stride
+
+
+class Runner:
+    def __init__(self, name, experiment, args):
+        self.name, self.experiment, self.args = name, experiment, args
+        self.length = args.train_length or experiment.train_length
+        self.seeds = tuple(args.seeds or experiment.seeds)
+        self.updates = args.updates or int(recipes["last_value"](recipes["recipe"](experiment.recipe, self.length), "--max-update"))
+        self.lengths = args.lengths or [m * self.length for m in experiment.multiples]
+        self.out = args.out or os.path.join("runs", name)
+        self.checkpoints = args.checkpoints or os.path.join("checkpoints", name)
+        self.models = [m for m in experiment.models if not args.models or m.label in args.models or slug(m.label) in args.models]
+        self.results = os.path.join(self.out, "results.jsonl")
+        self.fields = json.dumps({"experiment": name, "recipe": experiment.recipe})
+
+    def save_dir(self, model, seed):
+        return os.path.join(self.checkpoints, f"{slug(model.label)}-L{self.length}-s{seed}")
+
+    def train(self, model, seed):
+        """scripts/train.sh, which resumes an interrupted run and leaves a finished one; its log is
+        appended to SAVE/train.log, its time and memory to SAVE/resources.jsonl."""
+        save = self.save_dir(model, seed)
+        os.makedirs(save, exist_ok=True)
+        command = [sys.executable, os.path.join(REPO, "scripts", "measure.py"), os.path.join(save, "resources.jsonl"), "--",
+                   os.path.join(REPO, "scripts", "train.sh"), model.method, str(self.length), self.data, save,
+                   self.experiment.recipe, "--", *model.flags, "--seed", str(seed), "--max-update", str(self.updates),
+                   "--log-interval", "50", "--no-progress-bar", *self.args.train_flags]
+        with open(os.path.join(save, "train.log"), "a") as log:
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            shown = re.compile(r"valid on|done training|nothing to do|error")
+            for line in proc.stdout:
+                log.write(line)
+                if shown.search(line):
+                    print("   ", line.rstrip()[-160:], flush=True)
+        if proc.wait() != 0:
+            raise SystemExit(f"error: training {model.label} (seed {seed}) failed: see {save}/train.log")
+        return os.path.join(save, "checkpoint_last.pt")
+
+    def evaluations(self, model):
+        """(scaling, L_valid, stride) to score: every length and stride; scalings past L only (at L
+        they change nothing)."""
+        jobs = [("none", lv, s) for lv in self.lengths for s in self.experiment.strides]
+        jobs += [(sc, lv, s) for sc in model.scalings for lv in self.lengths if lv > self.length
+                 for s in self.experiment.strides]
+        return jobs
+
+    def evaluate(self, model, checkpoint):
+        """Score what is missing from the results, in one scripts/eval.sh process (where only some
+        is missing, the lengths, strides and scalings it spans are all scored again)."""
+        updates = recipes["checkpoint_summary"](checkpoint)[2]
+        done = {row_key(r) for r in read_rows(self.results)}
+        missing = [(scaling, l_valid, stride) for scaling, l_valid, stride in self.evaluations(model)
+                   if (checkpoint, updates, l_valid, stride_rule(stride), scaling, self.experiment.split) not in done]
+        if not missing:
+            return False
+        scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in missing)] for i in range(3))
+        env = dict(os.environ, LABEL=model.label, ROW_FIELDS=self.fields, SCALING=" ".join(scalings),
+                   SPLIT=self.experiment.split)
+        for name in ("ALIBI_SCALING", "SCALING_FACTOR", "ALIBI_SCALING_FACTOR"):
+            env.pop(name, None)
+        proc = subprocess.run([os.path.join(REPO, "scripts", "eval.sh"), checkpoint, self.data, self.results,
+                               " ".join(map(str, sorted(lengths))), " ".join(strides)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            raise SystemExit((proc.stderr.strip().splitlines() or [f"error: scoring {model.label} failed"])[-1])
+        return True
+
+    def floor(self):
+        """The unigram row, once per length and stride."""
+        rows = read_rows(self.results)
+        have = {(r["l_valid"], r.get("stride_rule")) for r in rows if r.get("model") == "unigram"
+                and r["split"] == self.experiment.split}
+        if all((lv, stride_rule(s)) in have for lv in self.lengths for s in self.experiment.strides):
+            return
+        subprocess.run([sys.executable, os.path.join(REPO, "scripts", "unigram.py"), self.data, self.results,
+                        "--lengths", " ".join(map(str, self.lengths)), "--strides", " ".join(self.experiment.strides),
+                        "--split", self.experiment.split, "--fields", self.fields], check=True)
+
+    def tabulate(self):
+        """Tables and figures from the rows of the declared runs at the declared updates (earlier
+        rows, of other recipes or runs, stay in the file but not in the tables)."""
+        checkpoints = {os.path.join(self.save_dir(m, s), "checkpoint_last.pt") for m in self.models for s in self.seeds}
+        rows = [r for r in read_rows(self.results)
+                if (r.get("model") == "unigram" or (r.get("checkpoint") in checkpoints and r.get("updates") == self.updates))
+                and r["l_valid"] in self.lengths]
+        results = runpy.run_path(os.path.join(REPO, "scripts", "results.py"))
+        table_rows = {}
+        for r in rows:  # the last measurement of a configuration wins, as in scripts/results.py
+            stride = r.get("stride_rule") or str(r["stride"])
+            key = (r["split"], stride, results["method_name"](r), r["train_length"], r.get("seed"), r["checkpoint"], r["l_valid"])
+            table_rows[key] = r["perplexity"]
+        return results["write_tables"](table_rows, self.out) if table_rows else ""
+
+    def run(self):
+        os.makedirs(self.out, exist_ok=True)
+        lock = open(os.path.join(self.out, ".lock"), "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise SystemExit(f"error: another scripts/experiment.py is running on {self.out}: wait for it, or give --out")
+        self.data = self.args.data or prepare_wikitext2()
+        start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance["commit"](),
+                  "machine": provenance["machine"](), "started": started}
+        jobs = [(m, s) for s in self.seeds for m in self.models]  # seed by seed: a stopped run has whole seeds
+        print(f"== {self.name}: {len(self.models)} models x {len(self.seeds)} seeds, {self.experiment.recipe} recipe, "
+              f"{self.updates} updates at L={self.length}, scored at {' '.join(map(str, self.lengths))}, strides "
+              f"{' '.join(self.experiment.strides)} -> {self.out}", flush=True)
+        self.floor()
+        worked = []  # seconds of the jobs that did work (for the estimate)
+        for number, (model, seed) in enumerate(jobs, 1):
+            job_start = time.time()
+            elapsed = job_start - start
+            left = f", about {duration(sum(worked) / len(worked) * (len(jobs) - number + 1))} left" if worked else ""
+            print(f"== [{number}/{len(jobs)}] {model.label}, seed {seed} ({duration(elapsed)} so far{left})", flush=True)
+            checkpoint = self.train(model, seed)
+            if self.evaluate(model, checkpoint) and number < len(jobs):
+                self.tabulate()  # what is done so far, in case the run is stopped
+            if time.time() - job_start > 30:
+                worked.append(time.time() - job_start)
+        printed = self.tabulate()
+        record.update(wall_s=round(time.time() - start, 1), jobs=len(jobs))
+        with open(os.path.join(self.out, "runs.jsonl"), "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(printed)
+        print(f"== {self.name} done in {duration(time.time() - start)}: tables and figures in {self.out}")
+
+
+def prepare_wikitext2():
+    """data-bin/wikitext-2, as scripts/prepare-wikitext.sh makes it (from WIKITEXT2_SOURCE, else
+    ../shared/data/wikitext-2 if present, else the download mirror; skipped when done)."""
+    shared = os.path.join("..", "shared", "data", "wikitext-2")
+    source = os.environ.get("WIKITEXT2_SOURCE") or (shared if os.path.isdir(shared) else "")
+    if subprocess.run([os.path.join(REPO, "scripts", "prepare-wikitext.sh"), "2", *([source] if source else [])]).returncode:
+        raise SystemExit(1)
+    return "data-bin/wikitext-2"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", help="the experiment: " + ", ".join(EXPERIMENTS))
+    p.add_argument("--list", action="store_true", help="list the experiments and their models")
+    p.add_argument("--seeds", type=int, nargs="+", help="training seeds (default: the declaration's)")
+    p.add_argument("--models", nargs="+", help="only these models (labels, or their lower-case-hyphen form)")
+    p.add_argument("--updates", type=int, help="training updates (default: the recipe's)")
+    p.add_argument("--train-length", type=int, help="L (default: the declaration's)")
+    p.add_argument("--lengths", type=int, nargs="+", help="L_valid values (default: the declaration's multiples of L)")
+    p.add_argument("--data", help="a binarized data directory (default: WikiText-2, prepared if needed)")
+    p.add_argument("--out", help="results, tables and figures (default: runs/NAME)")
+    p.add_argument("--checkpoints", help="checkpoints (default: checkpoints/NAME)")
+    p.add_argument("--train-flags", default="", help="extra fairseq-train flags for every model (toy sizes)")
+    args = p.parse_args()
+    if args.list or not args.name:
+        for name, e in EXPERIMENTS.items():
+            print(f"{name}: {e.about}\n    models: {', '.join(m.label for m in e.models)}; seeds {' '.join(map(str, e.seeds))}")
+        return
+    if args.name not in EXPERIMENTS:
+        p.error(f"unknown experiment '{args.name}': use one of {', '.join(EXPERIMENTS)} (--list describes them)")
+    experiment = EXPERIMENTS[args.name]
+    known = [m.label for m in experiment.models]
+    for name in args.models or ():
+        if name not in known and name not in map(slug, known):
+            p.error(f"unknown model '{name}' for {args.name}: use one of {', '.join(map(slug, known))}")
+    for name, values in (("--seeds", args.seeds), ("--lengths", args.lengths), ("--updates", [args.updates]),
+                         ("--train-length", [args.train_length])):
+        if any(v is not None and v < (0 if name == "--seeds" else 1) for v in values or ()):
+            p.error(f"{name} must be {'non-negative' if name == '--seeds' else 'positive'} integers")
+    args.train_flags = shlex.split(args.train_flags)
+    # Paths given are the caller's; defaults (runs/, checkpoints/, data-bin/) are the repository's.
+    for name in ("data", "out", "checkpoints"):
+        if getattr(args, name):
+            setattr(args, name, os.path.abspath(getattr(args, name)))
+    os.chdir(REPO)
+    Runner(args.name, experiment, args).run()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        raise SystemExit("\nstopped: run the same command again to continue (finished work is kept)")

@@ -1,0 +1,95 @@
+"""The experiment layer without training: recipes and "finished" (fairseq_alibi/recipes.py), the
+declarations (scripts/experiment.py), and the seed statistics of the tables (scripts/results.py)."""
+import json
+import os
+import runpy
+import statistics
+
+import pytest
+import torch
+
+from conftest import REPO
+
+recipes = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "recipes.py"))
+experiment = runpy.run_path(os.path.join(REPO, "scripts", "experiment.py"))
+results = runpy.run_path(os.path.join(REPO, "scripts", "results.py"))
+methods = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "methods.py"))
+
+
+def fake_checkpoint(path, arch="alibi_transformer_lm_small", length=64, updates=10):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save({"cfg": {"model": {"_name": arch}, "task": {"tokens_per_sample": length}},
+                "optimizer_history": [{"num_updates": updates}]}, path)
+
+
+def test_a_run_is_finished_when_its_last_checkpoint_reached_max_update(tmp_path):
+    status = recipes["run_status"]
+    assert status(tmp_path / "none", "alibi_transformer_lm_small", 64, 100) == ("new", 0)
+    fake_checkpoint(tmp_path / "run" / "checkpoint_last.pt", updates=40)
+    assert status(tmp_path / "run", "alibi_transformer_lm_small", 64, 100) == ("resume", 40)
+    assert status(tmp_path / "run", "alibi_transformer_lm_small", 64, 40) == ("finished", 40)
+    with pytest.raises(recipes["RunConflict"], match="holds another run .alibi_transformer_lm_small at L=64"):
+        status(tmp_path / "run", "rotary_transformer_lm_small", 64, 40)
+    assert status(tmp_path / "run", "rotary_transformer_lm_small", 32, 40, other_ok=True) == ("finished", 40)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "checkpoint_last.pt").write_bytes(b"truncated")
+    with pytest.raises(recipes["RunConflict"], match="is unreadable: move it away"):
+        status(tmp_path / "bad", "alibi_transformer_lm_small", 64, 40)
+
+
+def test_recipes_are_written_once_and_read_by_train_sh():
+    small = recipes["recipe"]("small", 64)
+    assert recipes["last_value"](small, "--max-update") == "1400" and recipes["last_value"](small, "--lr") == "0.003"
+    paper = recipes["recipe"]("wiki103", 3072, 2)
+    assert recipes["last_value"](paper, "--max-tokens") == "3072" and recipes["last_value"](paper, "--update-freq") == "12"
+    with pytest.raises(ValueError, match="needs 1, 2, 4 or 8 GPUs"):
+        recipes["recipe"]("wiki103", 512, 3)
+    train_sh = open(os.path.join(REPO, "scripts", "train.sh")).read()
+    assert "--lr 0.003" not in train_sh and "286000" not in train_sh and "recipes.py" in train_sh
+
+
+def test_declared_experiments_name_known_methods_once():
+    for name, declared in experiment["EXPERIMENTS"].items():
+        labels = [m.label for m in declared.models]
+        assert len(set(map(experiment["slug"], labels))) == len(labels), name
+        for model in declared.models:
+            assert model.method in (*methods["CAUSAL_METHODS"], "sinusoidal"), (name, model)
+        assert recipes["recipe"](declared.recipe, declared.train_length)
+    comparison = experiment["EXPERIMENTS"]["comparison"]
+    assert len(comparison.models) >= 8 and len(comparison.seeds) >= 3 and set(comparison.strides) == {"0", "/2"}
+
+
+def write_rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def row(label, seed, l_valid, ppl, checkpoint=None, stride=0):
+    return {"label": label, "model": "alibi_transformer_lm_small", "train_length": 64, "seed": seed,
+            "checkpoint": checkpoint or f"ck/{label}-s{seed}/checkpoint_last.pt", "split": "valid",
+            "l_valid": l_valid, "stride": stride, "stride_rule": str(stride), "scaling": "none", "perplexity": ppl}
+
+
+def test_tables_give_mean_and_sample_std_over_seeds_with_n(tmp_path):
+    values = {1: 200.0, 2: 210.0, 3: 205.5}
+    rows = [row("ALiBi", seed, 64, ppl) for seed, ppl in values.items()]
+    rows += [row("ALiBi", seed, 128, ppl + 1) for seed, ppl in values.items() if seed != 3]  # one seed missing there
+    rows += [row("NoPE", 1, 64, 300.0), row("NoPE", 1, 64, 301.0)]  # a rerun of the same run: the last wins
+    (l_valids, lines), = results["tables"](results["load"]([write_rows(tmp_path / "r.jsonl", rows)])).values()
+    assert l_valids == [64, 128]
+    assert sorted(lines[("ALiBi", 64)][64]) == sorted(values.values()) and lines[("NoPE", 64)][64] == [301.0]
+    table = results["markdown"](l_valids, lines)
+    mean, std = statistics.mean(values.values()), statistics.stdev(values.values())
+    assert f"| ALiBi 64 | 3 | {mean:.2f} ± {std:.2f} | " in table
+    assert f"{statistics.mean([201.0, 211.0]):.2f} ± {statistics.stdev([201.0, 211.0]):.2f} (n=2) |" in table
+    assert "| NoPE 64 | 1 | 301.00 |  |" in table
+    results["write_tables"](results["load"]([str(tmp_path / "r.jsonl")]), str(tmp_path / "t"))
+    header, alibi = (tmp_path / "t" / "table_valid_stride0.csv").read_text().splitlines()[:2]
+    assert header == "method,train_length,64,128,std_64,std_128,n_64,n_128"
+    assert [float(x) for x in alibi.split(",")[2:]] == pytest.approx([mean, 206.0, std, statistics.stdev([201.0, 211.0]), 3, 2])
+
+
+def test_two_runs_with_one_label_and_seed_are_not_taken_for_two_seeds(tmp_path):
+    rows = [row("ALiBi", 1, 64, 200.0, "a/x/checkpoint_last.pt"), row("ALiBi", 1, 64, 250.0, "b/y/checkpoint_last.pt")]
+    (_, lines), = results["tables"](results["load"]([write_rows(tmp_path / "r.jsonl", rows)])).values()
+    assert sorted(lines) == [("ALiBi (x/checkpoint_last.pt)", 64), ("ALiBi (y/checkpoint_last.pt)", 64)]
