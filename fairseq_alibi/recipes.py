@@ -5,6 +5,7 @@ which would load fairseq.
 
     python3 fairseq_alibi/recipes.py flags PRESET L WORKERS   the recipe's fairseq-train flags, NUL-separated
     python3 fairseq_alibi/recipes.py status SAVE_DIR ARCH L MAX_UPDATE [--other-ok]
+                         (ARCH and L are not checked with --other-ok: scripts/train_once.sh passes - -)
                                          'new|resume|finished UPDATES_DONE', or one line of error (exit 1)
 """
 import sys
@@ -53,9 +54,14 @@ def checkpoint_summary(path):
     """(architecture, training length, updates done) of a fairseq checkpoint."""
     import torch
 
+    def field(section, name):  # a dict, or an argparse.Namespace (RoBERTa's, the translation model's)
+        return section.get(name) if hasattr(section, "get") else getattr(section, name, None)
+
     state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    model = state["cfg"]["model"]  # _name is the --arch given (arch itself only in argparse-era configs)
-    return (model.get("arch") or model["_name"], state["cfg"]["task"]["tokens_per_sample"],
+    cfg = state.get("cfg") or {"model": state.get("args"), "task": state.get("args")}
+    model, task = cfg["model"], cfg["task"]
+    # _name is the --arch given (arch itself only in argparse-era configs)
+    return (field(model, "arch") or field(model, "_name"), field(task, "tokens_per_sample"),
             state["optimizer_history"][-1]["num_updates"])
 
 
@@ -94,7 +100,8 @@ def main(argv):
     elif command == "status":
         save_dir, arch, length, max_update, *rest = args
         try:
-            print(*run_status(save_dir, arch, int(length), int(max_update), other_ok="--other-ok" in rest))
+            other_ok = "--other-ok" in rest
+            print(*run_status(save_dir, arch, None if other_ok else int(length), int(max_update), other_ok))
         except RunConflict as e:
             sys.exit(f"error: {e}")
     else:

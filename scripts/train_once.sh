@@ -3,8 +3,9 @@
 #
 #   scripts/train_once.sh SAVE_DIR NAME -- fairseq-train DATA --save-dir SAVE_DIR ...
 #
-# A finished run (SAVE_DIR/train.log says fairseq finished) is left as it is; otherwise the
-# command runs (fairseq resumes from SAVE_DIR/checkpoint_last.pt). Its log is appended to
+# A finished run (its checkpoint_last.pt reached the command's --max-update: fairseq_alibi/recipes.py,
+# the one definition train.sh uses too) is left as it is; otherwise the command runs (fairseq resumes
+# from SAVE_DIR/checkpoint_last.pt). Its log is appended to
 # SAVE_DIR/train.log, its wall time and peak memory to SAVE_DIR/resources.jsonl
 # (scripts/measure.py); progress lines and errors are shown. NAME is what the messages call it.
 # Used by the presets whose models scripts/train.sh does not know (masked LMs, encoder-decoders).
@@ -17,11 +18,20 @@ shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 
 mkdir -p "$save"
-if [ -f "$save/checkpoint_last.pt" ] && grep -q "done training" "$save/train.log" 2>/dev/null; then
+max_update=
+args=("$@")
+for ((i = 0; i < ${#args[@]} - 1; i++)); do
+  if [ "${args[i]}" = --max-update ]; then max_update=${args[i + 1]}; fi
+done
+case $max_update in ''|*[!0-9]*) echo "error: the fairseq-train command needs --max-update N (N a number) to know when $name is finished" >&2; exit 1 ;; esac
+read -r state _ < <(python3 "$here/../fairseq_alibi/recipes.py" status "$save" - - "$max_update" --other-ok || echo failed)
+[ "$state" != failed ] || exit 1
+if [ "$state" = finished ]; then
   echo "== $save is already trained: leaving it as it is"
   exit 0
 fi
 echo "== training $name -> $save"
+set +o pipefail  # the training's own status is read below (pipefail would end the script first, unexplained)
 python3 "$here/measure.py" "$save/resources.jsonl" -- "$@" 2>&1 \
   | tee -a "$save/train.log" | { grep --line-buffered -E "train_inner|valid on|done training|error" || true; }
 [ "${PIPESTATUS[0]}" = 0 ] || { echo "error: training $name failed: see $save/train.log" >&2; exit 1; }

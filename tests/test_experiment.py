@@ -93,3 +93,23 @@ def test_two_runs_with_one_label_and_seed_are_not_taken_for_two_seeds(tmp_path):
     rows = [row("ALiBi", 1, 64, 200.0, "a/x/checkpoint_last.pt"), row("ALiBi", 1, 64, 250.0, "b/y/checkpoint_last.pt")]
     (_, lines), = results["tables"](results["load"]([write_rows(tmp_path / "r.jsonl", rows)])).values()
     assert sorted(lines) == [("ALiBi (x/checkpoint_last.pt)", 64), ("ALiBi (y/checkpoint_last.pt)", 64)]
+
+
+def test_train_once_reads_finished_from_the_checkpoint_of_any_model_not_from_a_log(tmp_path):
+    """A masked LM's or translation model's checkpoint (its config an argparse.Namespace), finished,
+    without the train.log that once decided it: left as it is, the command not run again."""
+    import argparse
+    import subprocess
+
+    save = tmp_path / "mlm"
+    save.mkdir()
+    args = argparse.Namespace(arch="alibi_roberta_small", tokens_per_sample=64)
+    torch.save({"cfg": {"model": args, "task": args}, "optimizer_history": [{"num_updates": 600}]},
+               save / "checkpoint_last.pt")
+    command = ["scripts/train_once.sh", save, "the masked LM", "--", "false", "--max-update"]
+    done = subprocess.run([*command, "600"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and "already trained" in done.stdout
+    more = subprocess.run([*command, "700"], cwd=REPO, capture_output=True, text=True)  # runs `false`: fails
+    assert more.returncode == 1 and "training the masked LM failed" in more.stderr
+    bare = subprocess.run(command[:-1], cwd=REPO, capture_output=True, text=True)
+    assert bare.returncode == 1 and "needs --max-update N" in bare.stderr
