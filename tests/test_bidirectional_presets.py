@@ -80,10 +80,17 @@ def test_synthetic_tasks_preset_toy_run(tmp_path):
     assert sorted({(r["label"], r["task"], r["n_low"]) for r in rows}) == sorted(
         (label, task, low) for label in ("ALiBi ruoss", "ALiBi bialibi", "Sinusoidal")
         for task in ("add", "copy", "reverse") for low in (1, 6))
-    assert all(r["examples"] == 4 and 0 <= r["exact"] <= 4 for r in rows)
+    # Test examples that also occur in training are dropped, and counted.
+    text = tmp_path / "data" / "text"
+    kept = {(b, task): int(k) for b, task, _, k in (line.split("\t") for line in
+                                                     (text / "test_examples.txt").read_text().splitlines()[1:])}
+    buckets = {1: "test1", 6: "test2"}
+    assert all(r["examples"] == kept[(buckets[r["n_low"]], r["task"])] and 0 <= r["exact"] <= r["examples"] for r in rows)
+    assert kept[("test2", "copy")] == 4 and sum(kept[("test1", t)] for t in ("add", "copy", "reverse")) < 12
+    train = set((text / "train.src").read_text().splitlines())
+    assert not train & set((text / "test1.src").read_text().splitlines())
     assert "| ALiBi bialibi |" in printed and (tmp_path / "out" / "figure.png").stat().st_size > 0
     # the tasks are what they say, and the test sizes past training are disjoint from training's
-    text = tmp_path / "data" / "text"
     for src, tgt in zip((text / "test2.src").read_text().splitlines(), (text / "test2.tgt").read_text().splitlines()):
         kind, *body = src.split()
         if kind == "add":

@@ -12,8 +12,11 @@ n is the task's size: the sequence length (copy, reverse) or the digits of each 
 Symbols are the ten digits. Training draws n uniformly from 1 .. train_max; the test sets hold
 --per-bucket examples per task and bucket of n: 1-train_max (in distribution), then
 train_max+1 .. 2 train_max, ..., up to buckets x train_max (4x by default), so train and test
-lengths past training are disjoint. Writes OUT_DIR/{train,valid}.{src,tgt} and
-OUT_DIR/test{b}.{src,tgt} for bucket b (1 = in distribution), and OUT_DIR/buckets.txt.
+lengths past training are disjoint. A test example that also occurs in training (the same source,
+hence target) is dropped: short sizes have few distinct examples (copy of one digit: ten), so
+the in-distribution bucket keeps fewer than --per-bucket (OUT_DIR/test_examples.txt says how
+many per task and bucket). Writes OUT_DIR/{train,valid}.{src,tgt} and OUT_DIR/test{b}.{src,tgt}
+for bucket b (1 = in distribution), and OUT_DIR/buckets.txt.
 """
 import argparse
 import os
@@ -57,13 +60,22 @@ def main():
     rng = random.Random(args.seed)
     draw = lambda count, low, high: [example(rng.choice(TASKS), rng.randint(low, high), rng)  # noqa: E731
                                      for _ in range(count)]
-    write(os.path.join(args.out, "train"), draw(args.train, 1, args.train_max))
+    train = draw(args.train, 1, args.train_max)
+    write(os.path.join(args.out, "train"), train)
     write(os.path.join(args.out, "valid"), draw(args.valid, 1, args.train_max))
-    with open(os.path.join(args.out, "buckets.txt"), "w") as f:
+    seen = {tuple(source) for source, _ in train}  # a source decides its target
+    with open(os.path.join(args.out, "buckets.txt"), "w") as f, \
+            open(os.path.join(args.out, "test_examples.txt"), "w") as kept:
+        kept.write("bucket\ttask\tdrawn\tkept (not in training)\n")
         for b in range(1, args.buckets + 1):
             low, high = (b - 1) * args.train_max + 1, b * args.train_max
-            write(os.path.join(args.out, f"test{b}"),
-                  [example(task, rng.randint(low, high), rng) for task in TASKS for _ in range(args.per_bucket)])
+            bucket = []
+            for task in TASKS:
+                drawn = [example(task, rng.randint(low, high), rng) for _ in range(args.per_bucket)]
+                unseen = [e for e in drawn if tuple(e[0]) not in seen]
+                kept.write(f"test{b}\t{task}\t{len(drawn)}\t{len(unseen)}\n")
+                bucket += unseen
+            write(os.path.join(args.out, f"test{b}"), bucket)
             f.write(f"test{b}\t{low}\t{high}\n")
 
 
