@@ -15,7 +15,10 @@ machine, commit = _provenance["machine"], _provenance["commit"]
 
 def header(details, device="cpu"):
     """`Command: ...; commit ...; date; machine; torch ...; details` for the running script."""
-    command = f"python benchmarks/{os.path.basename(sys.argv[0])} {' '.join(sys.argv[1:])}".strip()
+    # Paths inside this checkout or the working directory are written relative: no machine's paths.
+    roots = sorted({os.path.dirname(HERE) + os.sep, os.getcwd() + os.sep}, key=len, reverse=True)
+    args = [next((a.replace(r, "", 1) for r in roots if a.startswith(r)), a) for a in sys.argv[1:]]
+    command = f"python benchmarks/{os.path.basename(sys.argv[0])} {' '.join(args)}".strip()
     return (f"Command: `{command}`; commit `{commit()}`; {time.strftime('%Y-%m-%d')}; {machine(device)}; "
             f"torch {torch.__version__}; {details}")
 
