@@ -342,14 +342,19 @@ def test_conversion_preset_toy_run(wt2_slice, tmp_path):
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     labels = {r["label"]: r for r in rows}
     assert set(labels) == {"Sinusoidal teacher (10)", "Converted, not fine-tuned", "Converted + 10 CE",
-                           "Converted + 10 distill", "ALiBi from scratch (10)", "ALiBi from scratch (20)"}
-    assert len(rows) == 6 and all(math.isfinite(r["perplexity"]) and r["l_valid"] == 32 for r in rows)
+                           "Converted + 10 distill", "Sinusoidal teacher continued (+ 10)", "ALiBi from scratch (10)",
+                           "ALiBi from scratch (20)"}
+    continued = labels["Sinusoidal teacher continued (+ 10)"]
+    assert continued["model"] == "transformer_lm" and continued["updates"] == 10
+    assert continued["perplexity"] != labels["Sinusoidal teacher (10)"]["perplexity"]  # it trained
+    assert len(rows) == 7 and all(math.isfinite(r["perplexity"]) and r["l_valid"] == 32 for r in rows)
     assert labels["ALiBi from scratch (20)"]["updates"] == 20 and labels["Converted + 10 distill"]["updates"] == 10
     for label in labels:
         assert f"| {label} 16 |" in printed
     recovery = [json.loads(line) for line in (out / "recovery.jsonl").read_text().splitlines()]
     assert sorted((r["label"], r["updates"], r["l_valid"]) for r in recovery if r["label"] != "converted") == [
-        ("ce", 10, 16), ("distill", 10, 16), ("scratch", 10, 16), ("scratch", 20, 16), ("teacher", 10, 16)]
+        ("ce", 10, 16), ("continued", 10, 16), ("distill", 10, 16), ("scratch", 10, 16), ("scratch", 20, 16),
+        ("teacher", 10, 16)]
     table = (out / "recovery.md").read_text()
     assert "| 0 |" in table and "| 10 |" in table
     generation = (out / "generation.md").read_text()

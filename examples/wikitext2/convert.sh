@@ -4,8 +4,10 @@
 # the main job's sinusoidal model (the teacher: L=64, UPDATES updates) is converted to ALiBi
 # (positions dropped, every other weight kept) and fine-tuned for FINETUNE updates, once with plain
 # cross entropy and once with distillation from the teacher; both are compared from L to 16L with
-# the teacher, the converted model before fine-tuning, and ALiBi trained from scratch for the same
-# total number of updates (UPDATES + FINETUNE). Every EVERY updates a checkpoint is kept and scored
+# the teacher, the teacher continued (the sinusoidal model fine-tuned the same way for the same
+# FINETUNE updates, so that a gain over the teacher is not just more training), the converted model
+# before fine-tuning, and ALiBi trained from scratch for the same total number of updates
+# (UPDATES + FINETUNE). Every EVERY updates a checkpoint is kept and scored
 # at L, for the recovery curve. Greedy continuations past L show the bias at work while decoding.
 #
 # Environment (and common.sh's: data, L, L_VALID, TRAIN_FLAGS):
@@ -39,6 +41,8 @@ kd=$CHECKPOINTS/finetune-distill-L$L
 train alibi "$kd" --finetune-from-model "$converted" --max-update "$FINETUNE" "${keep_every[@]}" \
   --criterion lm_distillation --teacher-path "$teacher" \
   --distill-weight "$DISTILL_WEIGHT" --distill-temperature "$DISTILL_TEMPERATURE"
+continued=$CHECKPOINTS/teacher-continued-L$L
+train sinusoidal "$continued" --finetune-from-model "$teacher" --max-update "$FINETUNE" "${keep_every[@]}"
 scratch=$CHECKPOINTS/alibi-L$L
 total=$((UPDATES + FINETUNE))
 train alibi "$scratch" --max-update "$total" "${keep_every[@]}"
@@ -54,12 +58,13 @@ LABEL="Sinusoidal teacher ($UPDATES)" evaluate "$teacher" "$OUT/results.jsonl"
 LABEL="Converted, not fine-tuned" evaluate "$converted" "$OUT/results.jsonl"
 LABEL="Converted + $FINETUNE CE" evaluate "$ce/checkpoint_last.pt" "$OUT/results.jsonl"
 LABEL="Converted + $FINETUNE distill" evaluate "$kd/checkpoint_last.pt" "$OUT/results.jsonl"
+LABEL="Sinusoidal teacher continued (+ $FINETUNE)" evaluate "$continued/checkpoint_last.pt" "$OUT/results.jsonl"
 scratch_early=$(checkpoint_at "$scratch" "$UPDATES")  # an assignment, so that set -e sees its failure
 LABEL="ALiBi from scratch ($UPDATES)" evaluate "$scratch_early" "$OUT/results.jsonl"
 LABEL="ALiBi from scratch ($total)" evaluate "$scratch/checkpoint_last.pt" "$OUT/results.jsonl"
 
 echo "== recovery curve: every $EVERY updates, at L_valid = $L"
-for run in ce:"$ce" distill:"$kd" scratch:"$scratch"; do
+for run in ce:"$ce" distill:"$kd" continued:"$continued" scratch:"$scratch"; do
   for ckpt in "${run#*:}"/checkpoint_*_*.pt; do
     LABEL=${run%%:*} L_VALID=$L evaluate "$ckpt" "$OUT/recovery.jsonl" > /dev/null
   done

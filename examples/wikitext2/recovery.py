@@ -4,7 +4,7 @@
     python examples/wikitext2/recovery.py RECOVERY.jsonl --out DIR
 
 Reads the JSON lines convert.sh writes (scripts/eval.sh with LABEL teacher, converted, ce,
-distill, scratch; each at L_valid = L) and writes DIR/recovery.md (one row per number of
+distill, continued, scratch; each at L_valid = L) and writes DIR/recovery.md (one row per number of
 fine-tuning updates k: the two fine-tuned models after k, ALiBi from scratch after as many updates
 in all as the teacher plus k) and DIR/recovery.png (perplexity against total training updates).
 """
@@ -25,7 +25,7 @@ def load(path):
     points = {}
     for row in read_json_lines(path):
         points.setdefault(row["label"], {})[row["updates"]] = row["perplexity"]
-    missing = {"teacher", "converted", "ce", "distill", "scratch"} - set(points)
+    missing = {"teacher", "converted", "ce", "distill", "scratch"} - set(points)  # "continued": since 2026-11-24
     if missing:
         raise SystemExit(f"error: {path} lacks the {', '.join(sorted(missing))} rows: run examples/wikitext2/convert.sh")
     return points
@@ -41,15 +41,16 @@ def main():
     converted = next(iter(points["converted"].values()))
     # After conversion the fine-tuning count starts at 0: k = 0 is the converted model itself.
     finetune = {name: {0: converted, **points[name]} for name in ("ce", "distill")}
+    continued = {0: teacher, **points["continued"]} if "continued" in points else {}  # the teacher fine-tuned alike
     scratch = points["scratch"]
 
     ks = sorted(set(finetune["ce"]) | set(finetune["distill"]))
     lines = [f"Validation perplexity at L (teacher: {teacher:.2f} after {teacher_updates} updates)\n",
-             "| Fine-tuning updates k | Converted + CE | Converted + distill | ALiBi from scratch, "
-             f"{teacher_updates} + k updates |", "|---|---|---|---|"]
+             "| Fine-tuning updates k | Converted + CE | Converted + distill | Teacher continued | "
+             f"ALiBi from scratch, {teacher_updates} + k updates |", "|---|---|---|---|---|"]
     cell = lambda d, k: f"{d[k]:.2f}" if k in d else ""  # noqa: E731
     for k in ks:
-        lines.append(f"| {k} | {cell(finetune['ce'], k)} | {cell(finetune['distill'], k)} | "
+        lines.append(f"| {k} | {cell(finetune['ce'], k)} | {cell(finetune['distill'], k)} | {cell(continued, k)} | "
                      f"{cell(scratch, teacher_updates + k)} |")
     table = "\n".join(lines) + "\n"
     os.makedirs(args.out, exist_ok=True)
@@ -60,9 +61,12 @@ def main():
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     xs = sorted(scratch)
     ax.plot(xs, [scratch[x] for x in xs], "o-", label="ALiBi from scratch")
-    for name, label in (("ce", "converted + CE"), ("distill", "converted + distillation")):
-        ks = sorted(finetune[name])
-        ax.plot([teacher_updates + k for k in ks], [finetune[name][k] for k in ks], "s--", label=label)
+    for points_k, label in ((finetune["ce"], "converted + CE"), (finetune["distill"], "converted + distillation"),
+                            (continued, "teacher continued (sinusoidal)")):
+        ks = sorted(points_k)
+        if not ks:
+            continue
+        ax.plot([teacher_updates + k for k in ks], [points_k[k] for k in ks], "s--", label=label)
     ax.axhline(teacher, color="gray", linestyle=":", label=f"sinusoidal teacher ({teacher_updates} updates)")
     ax.set_yscale("log")
     ax.set_xlabel("Training updates in all (fine-tuning starts from the teacher's)")
