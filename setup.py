@@ -16,7 +16,8 @@ setup(
         "tensorboard",  # scripts/train.sh logs there by default
         "sacremoses",  # raw text in and out of the hub interface (tokenizer="moses")
     ],
-    extras_require={"test": ["pytest"]},
+    # pytest-xdist: make test runs the suite on every core.
+    extras_require={"test": ["pytest", "pytest-xdist"]},
     # fairseq's tools with the plugin loaded, from any directory (fairseq_alibi/cli.py).
     entry_points={"console_scripts": [
         f"fairseq-alibi-{tool.replace('_', '-')}=fairseq_alibi.cli:{tool}"
