@@ -137,11 +137,13 @@ class Runner:
         with open(os.path.join(save, "train.log"), "a") as log:
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
-            shown = re.compile(r"valid on|done training|nothing to do|error")
             for line in proc.stdout:
                 log.write(line)
-                if shown.search(line):
-                    print("   ", line.rstrip()[-160:], flush=True)
+                valid = re.search(r"valid on .*\| ppl ([\d.]+) .*\| num_updates (\d+)", line)
+                if valid:
+                    print(f"    {valid[2]} updates: validation perplexity {valid[1]} at L", flush=True)
+                elif re.search(r"done training|nothing to do|error", line):
+                    print("   ", line.split(" | ")[-1].rstrip(), flush=True)
         if proc.wait() != 0:
             raise SystemExit(f"error: training {model.label} (seed {seed}) failed: see {save}/train.log")
         return os.path.join(save, "checkpoint_last.pt")
