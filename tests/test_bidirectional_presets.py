@@ -31,6 +31,9 @@ def test_masked_lm_preset_toy_run(wt2_slice, tmp_path):
     # a finished run is evaluated again, not retrained
     again = run(["examples/wikitext2/mlm.sh"], env=dict(env, VARIANTS="bialibi"))
     assert "is already trained" in again
+    # ... and a rerun of some variants keeps the others' results (appended to, never deleted)
+    after = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    assert len(after) == len(rows) + 2 and all(f"| {label} 16 |" in again for label in ("Sinusoidal", "LittleBird"))
 
 
 def test_fixed_mask_evaluation_equals_scoring_each_block_by_hand(wt2_slice, tmp_path):

@@ -45,7 +45,6 @@ recipe=(--task translation --source-lang src --target-lang tgt --left-pad-source
 twin=$(python3 -c 'from fairseq_alibi.encoder import TRANSLATION_TWIN_FLAGS; print(TRANSLATION_TWIN_FLAGS)')
 
 mkdir -p "$OUT"
-rm -f "$OUT/results.jsonl"
 for variant in $VARIANTS; do
   case $variant in
     sinusoidal) read -r -a model <<< "$twin"; label="Sinusoidal" ;;

@@ -32,7 +32,6 @@ LITTLEBIRD_PACK=${LITTLEBIRD_PACK:-8}
 littlebird=(--arch littlebird_roberta_small --block-size "$LITTLEBIRD_BLOCK" --pack-length "$LITTLEBIRD_PACK")
 
 mkdir -p "$OUT"
-rm -f "$OUT/results.jsonl"
 for variant in $VARIANTS; do
   case $variant in
     sinusoidal)  flags=(--arch alibi_roberta_small --encoder-alibi none); label="Sinusoidal" ;;

@@ -22,7 +22,6 @@ for length in $ALIBI_L $SINUSOIDAL_LS; do
 done
 
 mkdir -p "$OUT"
-rm -f "$OUT/results.jsonl"  # this preset's own output, rebuilt from the checkpoints
 L=$ALIBI_L train alibi "$CHECKPOINTS/alibi-L$ALIBI_L" --max-update "$UPDATES"
 lengths=$(printf '%s\n' "$ALIBI_L" $SINUSOIDAL_LS | sort -n -u | tr '\n' ' ')
 echo "== evaluating alibi at L_valid = $lengths"
