@@ -37,7 +37,9 @@ def main():
     args = p.parse_args()
     rows = [r for r in read_json_lines(args.results) if r["stride"] == 0 and r["scaling"] == "none"]
     alibi = [r for r in rows if r["model"].startswith("alibi")]
-    sinusoidal = [r for r in rows if r["model"] == "transformer_lm"]
+    # Reruns append: the last row of each sinusoidal checkpoint at its own length wins.
+    sinusoidal = list({r["checkpoint"]: r for r in rows if r["model"] == "transformer_lm"
+                       and r["l_valid"] == r["train_length"]}.values())
     if len({r["checkpoint"] for r in alibi}) != 1 or not sinusoidal:
         sys.exit(f"error: {args.results} must hold one ALiBi checkpoint and sinusoidal ones (trade.sh's output)")
     alibi_at = {r["l_valid"]: r for r in alibi}
