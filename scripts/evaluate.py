@@ -50,8 +50,12 @@ dictionary = Dictionary.load(os.path.join(data, "dict.txt"))
 split_data = data_utils.load_indexed_dataset(os.path.join(data, split), dictionary)  # memory-mapped:
 tokens = int(split_data.sizes.sum())  # its sizes live only as long as it does
 
-for line in sys.stdin:
-    l_valid, stride, stride_rule, context, scaling, factor, overrides = line.rstrip("\n").split("\t")
+jobs = [line.rstrip("\n").split("\t") for line in sys.stdin]
+longest = max(int(job[0]) for job in jobs)
+if longest > tokens:  # fairseq would score the whole split as one shorter block, labelled L_valid
+    sys.exit(f"error: L_valid {longest} is longer than the {split} split ({tokens} tokens): nothing recorded; "
+             f"use lengths up to {tokens}")
+for l_valid, stride, stride_rule, context, scaling, factor, overrides in jobs:
     overrides = str({**ast.literal_eval(overrides), **ast.literal_eval(user_overrides)})
     log.seek(0)
     log.truncate()

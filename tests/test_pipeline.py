@@ -270,7 +270,8 @@ def eval_script(*args, env=None):
 
 @pytest.mark.parametrize("case", ["swapped", "out_is_checkpoint", "length_abc", "length_0", "length_negative",
                                   "stride_negative", "stride_over_0", "factor_abc", "no_such_split", "nan_weights",
-                                  "context_window_flag", "unknown_flag", "bad_override_value", "fairseq_failure"])
+                                  "context_window_flag", "unknown_flag", "bad_override_value", "fairseq_failure",
+                                  "longer_than_the_split"])
 def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpoint, wt2_slice, tmp_path):
     out = tmp_path / "r.jsonl"
     checkpoint = toy_checkpoint
@@ -302,12 +303,16 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
         args += ["0", "--", "--model-overrides", "{'alibi_attention': 'bogus'}"]
     elif case == "fairseq_failure":
         args += ["0", "--", "--max-tokens", "1"]
+    elif case == "longer_than_the_split":  # the slice's valid split has about 21k tokens
+        args[3] = "32 100000"
     proc = eval_script(*args, env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: "), last
     assert open(checkpoint, "rb").read() == before
     assert not out.exists() or out.read_text() == ""  # nothing recorded
+    if case == "longer_than_the_split":
+        assert "L_valid 100000 is longer than the valid split" in last
 
 
 @pytest.mark.parametrize("case,message", [
