@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import runpy
 import sys
 import time
 
@@ -73,6 +74,21 @@ def main():
 
     train_length = cfg.task.tokens_per_sample
     label = args.label or getattr(cfg.model, "encoder_alibi", None) or cfg.model._name
+    longest = max(map(int, lengths))
+    if longest - 1 > len(stream):
+        fail(f"L_valid {longest} is longer than the {args.split} split ({len(stream)} tokens): nothing recorded")
+    positions = model.max_positions()
+    positions = positions[0] if isinstance(positions, tuple) else positions
+    if positions is not None and longest > positions:
+        fail(f"L_valid {longest} is past {args.checkpoint}'s {positions} positions (a learned-position table): "
+             "nothing recorded; score it up to its table's length")
+    if not masked.any():
+        fail(f"--mask-prob {args.mask_prob} masks no token of the {args.split} split: nothing to score")
+    provenance = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                             "fairseq_alibi", "provenance.py"))
+    recorded = {"seed": getattr(cfg.common, "seed", None), "commit": provenance["commit"](),
+                "machine": provenance["machine"]()}
+    rows = []  # written when every length is scored: a failure records nothing
     for l_valid in map(int, lengths):
         start = time.time()
         block = l_valid - 1
@@ -99,9 +115,15 @@ def main():
         row = {"checkpoint": args.checkpoint, "label": label, "model": cfg.model._name,
                "train_length": train_length, "split": args.split, "l_valid": l_valid, "stride": 0,
                "stride_rule": "0", "masked_tokens": count, "mask_prob": args.mask_prob, "mask_seed": args.seed,
-               "loss": total / count, "perplexity": math.exp(total / count), "seconds": round(time.time() - start, 2)}
-        with open(args.out, "a") as f:
-            f.write(json.dumps(row) + "\n")
+               "loss": total / count, "perplexity": math.exp(total / count), "seconds": round(time.time() - start, 2),
+               **recorded}
+        if not math.isfinite(row["perplexity"]):
+            fail(f"perplexity {row['perplexity']} for {args.checkpoint} at L_valid {l_valid}: its weights hold "
+                 "NaN or inf (a diverged run?); nothing recorded")
+        rows.append(row)
+    with open(args.out, "a") as f:
+        f.write("".join(json.dumps(row) + "\n" for row in rows))
+    for row in rows:
         print(json.dumps(row), flush=True)
 
 

@@ -3,10 +3,11 @@ its fixed evaluation mask, and the synthetic seq2seq tasks decoded by fairseq's 
 import json
 import math
 import os
+import subprocess
 
 import pytest
 
-from conftest import run
+from conftest import REPO, run
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +35,13 @@ def test_masked_lm_preset_toy_run(wt2_slice, tmp_path):
     # ... and a rerun of some variants keeps the others' results (appended to, never deleted)
     after = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
     assert len(after) == len(rows) + 2 and all(f"| {label} 16 |" in again for label in ("Sinusoidal", "LittleBird"))
+    # past a learned-position table (16L here): one line, and no row for the lengths before it either
+    learned = tmp_path / "checkpoints" / "learned_pos-L16" / "checkpoint_last.pt"
+    past = subprocess.run(["python", "scripts/eval_mlm.py", learned, wt2_slice, tmp_path / "past.jsonl",
+                           "--lengths", "16 512"], cwd=REPO, capture_output=True, text=True)
+    assert past.returncode == 1 and "Traceback" not in past.stderr and not (tmp_path / "past.jsonl").exists()
+    assert "L_valid 512 is past" in past.stderr.strip().splitlines()[-1]
+    assert all(r["seed"] == 1 and r["commit"] for r in map(json.loads, after))
 
 
 def test_fixed_mask_evaluation_equals_scoring_each_block_by_hand(wt2_slice, tmp_path):
