@@ -130,8 +130,8 @@ class Runner:
         appended to SAVE/train.log, its time and memory to SAVE/resources.jsonl."""
         save = self.save_dir(model, seed)
         os.makedirs(save, exist_ok=True)
-        command = [sys.executable, os.path.join(REPO, "scripts", "measure.py"), os.path.join(save, "resources.jsonl"), "--",
-                   os.path.join(REPO, "scripts", "train.sh"), model.method, str(self.length), self.data, save,
+        command = [sys.executable, os.path.join("scripts", "measure.py"), os.path.join(save, "resources.jsonl"), "--",
+                   os.path.join("scripts", "train.sh"), model.method, str(self.length), self.data, save,
                    self.experiment.recipe, "--", *model.flags, "--seed", str(seed), "--max-update", str(self.updates),
                    "--log-interval", "50", "--no-progress-bar", *self.args.train_flags]
         with open(os.path.join(save, "train.log"), "a") as log:
@@ -170,7 +170,7 @@ class Runner:
                    SPLIT=self.experiment.split)
         for name in ("ALIBI_SCALING", "SCALING_FACTOR", "ALIBI_SCALING_FACTOR"):
             env.pop(name, None)
-        proc = subprocess.run([os.path.join(REPO, "scripts", "eval.sh"), checkpoint, self.data, self.results,
+        proc = subprocess.run([os.path.join("scripts", "eval.sh"), checkpoint, self.data, self.results,
                                " ".join(map(str, sorted(lengths))), " ".join(strides)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0:
@@ -184,7 +184,7 @@ class Runner:
                 and r["split"] == self.experiment.split}
         if all((lv, stride_rule(s)) in have for lv in self.lengths for s in self.experiment.strides):
             return
-        subprocess.run([sys.executable, os.path.join(REPO, "scripts", "unigram.py"), self.data, self.results,
+        subprocess.run([sys.executable, os.path.join("scripts", "unigram.py"), self.data, self.results,
                         "--lengths", " ".join(map(str, self.lengths)), "--strides", " ".join(self.experiment.strides),
                         "--split", self.experiment.split, "--fields", self.fields], check=True)
 
@@ -195,7 +195,7 @@ class Runner:
         rows = [r for r in read_rows(self.results)
                 if (r.get("model") == "unigram" or (r.get("checkpoint") in checkpoints and r.get("updates") == self.updates))
                 and r["l_valid"] in self.lengths]
-        results = runpy.run_path(os.path.join(REPO, "scripts", "results.py"))
+        results = runpy.run_path(os.path.join("scripts", "results.py"))
         table_rows = {}
         for r in rows:  # the last measurement of a configuration wins, as in scripts/results.py
             stride = r.get("stride_rule") or str(r["stride"])
@@ -243,7 +243,7 @@ def prepare_wikitext2():
     ../shared/data/wikitext-2 if present, else the download mirror; skipped when done)."""
     shared = os.path.join("..", "shared", "data", "wikitext-2")
     source = os.environ.get("WIKITEXT2_SOURCE") or (shared if os.path.isdir(shared) else "")
-    if subprocess.run([os.path.join(REPO, "scripts", "prepare-wikitext.sh"), "2", *([source] if source else [])]).returncode:
+    if subprocess.run([os.path.join("scripts", "prepare-wikitext.sh"), "2", *([source] if source else [])]).returncode:
         raise SystemExit(1)
     return "data-bin/wikitext-2"
 
