@@ -88,7 +88,7 @@ def main():
                                              "fairseq_alibi", "provenance.py"))
     recorded = {"seed": getattr(cfg.common, "seed", None), "commit": provenance["commit"](),
                 "machine": provenance["machine"]()}
-    rows = []  # written when every length is scored: a failure records nothing
+    scored = []  # written when every length is scored: a failure records nothing
     for l_valid in map(int, lengths):
         start = time.time()
         block = l_valid - 1
@@ -120,10 +120,10 @@ def main():
         if not math.isfinite(row["perplexity"]):
             fail(f"perplexity {row['perplexity']} for {args.checkpoint} at L_valid {l_valid}: its weights hold "
                  "NaN or inf (a diverged run?); nothing recorded")
-        rows.append(row)
+        scored.append(row)
     with open(args.out, "a") as f:
-        f.write("".join(json.dumps(row) + "\n" for row in rows))
-    for row in rows:
+        f.write("".join(json.dumps(row) + "\n" for row in scored))
+    for row in scored:
         print(json.dumps(row), flush=True)
 
 

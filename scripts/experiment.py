@@ -19,6 +19,7 @@ declared runs after each job; OUT/runs.jsonl records each invocation (command, c
 start, wall time).
 """
 import argparse
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -26,6 +27,7 @@ import os
 import re
 import runpy
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -136,17 +138,24 @@ class Runner:
                    "--log-interval", "50", "--no-progress-bar", *self.args.train_flags]
         with open(os.path.join(save, "train.log"), "a") as log:
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    env=dict(os.environ, PYTHONUNBUFFERED="1"))
-            for line in proc.stdout:
-                log.write(line)
-                valid = re.search(r"valid on .*\| ppl ([\d.]+) .*\| num_updates (\d+)", line)
-                if valid:
-                    print(f"    {valid[2]} updates: validation perplexity {valid[1]} at L", flush=True)
-                elif re.search(r"done training|nothing to do|error", line):
-                    print("   ", line.split(" | ")[-1].rstrip(), flush=True)
+                                    env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+            with stopped_together(proc):
+                self.follow(proc, log)
         if proc.wait() != 0:
             raise SystemExit(f"error: training {model.label} (seed {seed}) failed: see {save}/train.log")
         return os.path.join(save, "checkpoint_last.pt")
+
+    @staticmethod
+    def follow(proc, log):
+        """The training's output into its log; its validations and errors shown."""
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()  # tail -f SAVE/train.log follows it
+            valid = re.search(r"valid on .*\| ppl ([\d.]+) .*\| num_updates (\d+)", line)
+            if valid:
+                print(f"    {valid[2]} updates: validation perplexity {valid[1]} at L", flush=True)
+            elif re.search(r"done training|nothing to do|error", line):
+                print("   ", line.split(" | ")[-1].rstrip(), flush=True)
 
     def evaluations(self, model):
         """(scaling, L_valid, stride) to score: every length and stride; scalings past L only (at L
@@ -170,11 +179,13 @@ class Runner:
                    SPLIT=self.experiment.split)
         for name in ("ALIBI_SCALING", "SCALING_FACTOR", "ALIBI_SCALING_FACTOR"):
             env.pop(name, None)
-        proc = subprocess.run([os.path.join("scripts", "eval.sh"), checkpoint, self.data, self.results,
-                               " ".join(map(str, sorted(lengths))), " ".join(strides)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([os.path.join("scripts", "eval.sh"), checkpoint, self.data, self.results,
+                                 " ".join(map(str, sorted(lengths))), " ".join(strides)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        with stopped_together(proc):
+            _, errors = proc.communicate()
         if proc.returncode != 0:
-            raise SystemExit((proc.stderr.strip().splitlines() or [f"error: scoring {model.label} failed"])[-1])
+            raise SystemExit((errors.strip().splitlines() or [f"error: scoring {model.label} failed"])[-1])
         return True
 
     def floor(self):
@@ -238,6 +249,21 @@ class Runner:
         print(f"== {self.name} done in {duration(time.time() - start)}: tables and figures in {self.out}")
 
 
+@contextlib.contextmanager
+def stopped_together(proc):
+    """If the runner is stopped (Ctrl-C, SIGTERM), so is proc with everything it started (its own
+    session): no trainer is left running unseen, writing to a directory a rerun will use."""
+    try:
+        yield
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        raise
+
+
 def prepare_wikitext2():
     """data-bin/wikitext-2, as scripts/prepare-wikitext.sh makes it (from WIKITEXT2_SOURCE, else
     ../shared/data/wikitext-2 if present, else the download mirror; skipped when done)."""
@@ -287,6 +313,7 @@ def main():
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops as Ctrl-C does
     try:
         main()
     except KeyboardInterrupt:

@@ -400,3 +400,25 @@ def test_plugin_tools_work_from_any_directory(toy_checkpoint, wt2_slice, tmp_pat
 def test_training_writes_tensorboard_logs(toy_checkpoint):
     events = os.listdir(os.path.join(os.path.dirname(toy_checkpoint), "tensorboard", "train"))
     assert any(name.startswith("events.out.tfevents") for name in events)
+
+
+def test_experiment_runner_stopped_by_sigterm_leaves_no_trainer_running(wt2_slice, tmp_path):
+    """SIGTERM to scripts/experiment.py stops the fairseq-train it started too (an orphan would go
+    on writing checkpoint_last.pt under a rerun's feet)."""
+    save = tmp_path / "checkpoints" / "alibi-L16-s1"
+    proc = subprocess.Popen(
+        ["python", "scripts/experiment.py", "comparison", "--data", wt2_slice, "--train-length", "16",
+         "--updates", "100000", "--lengths", "16", "--seeds", "1", "--models", "alibi", "--out", tmp_path / "out",
+         "--checkpoints", tmp_path / "checkpoints", "--train-flags", " ".join(["--max-tokens", "1024", *TOY])],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(600):  # until fairseq-train has started logging
+        if (save / "train.log").exists() and "num_updates" in (save / "train.log").read_text():
+            break
+        time.sleep(0.2)
+    trainers = subprocess.run(["pgrep", "-f", f"save-dir {save}"], capture_output=True, text=True).stdout.split()
+    assert trainers, "fairseq-train did not start"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "stopped: run the same command again" in err
+    time.sleep(1)
+    assert not subprocess.run(["pgrep", "-f", f"save-dir {save}"], capture_output=True, text=True).stdout.split()
