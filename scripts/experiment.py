@@ -207,11 +207,7 @@ class Runner:
                 if (r.get("model") == "unigram" or (r.get("checkpoint") in checkpoints and r.get("updates") == self.updates))
                 and r["l_valid"] in self.lengths]
         results = runpy.run_path(os.path.join("scripts", "results.py"))
-        table_rows = {}
-        for r in rows:  # the last measurement of a configuration wins, as in scripts/results.py
-            stride = r.get("stride_rule") or str(r["stride"])
-            key = (r["split"], stride, results["method_name"](r), r["train_length"], r.get("seed"), r["checkpoint"], r["l_valid"])
-            table_rows[key] = r["perplexity"]
+        table_rows = results["keyed"](rows)  # the last measurement of a configuration wins
         return results["write_tables"](table_rows, self.out) if table_rows else ""
 
     def run(self):

@@ -58,13 +58,17 @@ def read_json_lines(path):
 def load(paths):
     """{(split, stride rule, label, train L, seed, checkpoint, l_valid): perplexity}; the last
     measurement of a configuration wins (reruns append)."""
-    rows = {}
-    for path in paths:
-        for r in read_json_lines(path):
-            stride = r.get("stride_rule") or str(r["stride"])  # "L_valid/2": one table
-            key = (r["split"], stride, method_name(r), r["train_length"], r.get("seed"), r["checkpoint"], r["l_valid"])
-            rows[key] = r["perplexity"]
-    return rows
+    return keyed(r for path in paths for r in read_json_lines(path))
+
+
+def keyed(rows):
+    """{(split, stride rule, label, train L, seed, checkpoint, l_valid): perplexity} of rows; the
+    last of a configuration wins."""
+    out = {}
+    for r in rows:
+        stride = r.get("stride_rule") or str(r["stride"])  # "L_valid/2": one table
+        out[(r["split"], stride, method_name(r), r["train_length"], r.get("seed"), r["checkpoint"], r["l_valid"])] = r["perplexity"]
+    return out
 
 
 def tables(rows):
