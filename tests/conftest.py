@@ -1,5 +1,6 @@
 import functools
 import os
+import shutil
 
 import pytest
 import torch
@@ -80,10 +81,45 @@ def run(cmd, **kwargs):
     return proc.stdout + proc.stderr
 
 
+def built_once(tmp_path_factory, name, build):
+    """A directory that `build(path)` fills once per test run: under pytest-xdist, the first worker
+    to ask builds it while the others wait (a file lock), instead of each worker building its own."""
+    from filelock import FileLock  # a dependency of torch
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's directory, shared by its workers
+    path = root / f"built-{name}"
+    with FileLock(f"{path}.lock"):
+        if not (root / f"built-{name}.done").exists():
+            shutil.rmtree(path, ignore_errors=True)  # a build that failed in another worker
+            path.mkdir()
+            build(path)
+            (root / f"built-{name}.done").touch()
+    return path
+
+
+# The slowest tests first, so that under pytest-xdist no worker starts a long one when the others
+# are almost done (seconds on the 2-core CI machine: the suite's --durations).
+SLOW_FIRST = ["test_conversion_preset_toy_run", "test_experiment_runner_toy_run", "test_every_method_trains",
+              "test_masked_lm_preset_toy_run", "test_synthetic_tasks_preset_toy_run", "test_trade_preset_toy_run",
+              "test_benchmark_smoke", "test_littlebird_benchmark_smoke", "test_distillation_training"]
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        heavy = [i for i, name in enumerate(SLOW_FIRST) if item.name.startswith(name)]
+        return heavy[0] if heavy else len(SLOW_FIRST) + (0 if item.get_closest_marker("slow") else 1)
+    items.sort(key=rank)  # stable: otherwise collection order
+
+
 @pytest.fixture(scope="session")
 def wt2_slice(tmp_path_factory):
     """The first lines of each WikiText-2 split, binarized (about 160k training tokens)."""
-    root = tmp_path_factory.mktemp("wt2")
+    return str(built_once(tmp_path_factory, "wt2", binarize_slice) / "bin")
+
+
+def binarize_slice(root):
     for split, lines in [("train", 3000), ("valid", 400), ("test", 400)]:
         with open(os.path.join(find_wikitext2(), f"wiki.{split}.tokens")) as f:
             head = [next(f) for _ in range(lines)]
@@ -91,7 +127,6 @@ def wt2_slice(tmp_path_factory):
     run(["fairseq-preprocess", "--only-source", "--trainpref", root / "train.tokens",
          "--validpref", root / "valid.tokens", "--testpref", root / "test.tokens",
          "--destdir", root / "bin", "--workers", "2"])
-    return str(root / "bin")
 
 
 # A toy version of the small architecture: fast enough for a few dozen CPU updates in seconds.
@@ -103,25 +138,26 @@ TOY = ["--decoder-layers", "2", "--decoder-embed-dim", "64", "--decoder-input-di
 @pytest.fixture(scope="session")
 def toy_checkpoint(wt2_slice, tmp_path_factory):
     """An ALiBi model trained at L=32 for 30 updates with scripts/train.sh."""
-    save = tmp_path_factory.mktemp("toy_alibi")
-    run(["scripts/train.sh", "alibi", "32", wt2_slice, save, "small", "--",
-         "--max-update", "30", "--max-tokens", "1024", *TOY])
-    return str(save / "checkpoint_last.pt")
+    def train(save):
+        run(["scripts/train.sh", "alibi", "32", wt2_slice, save, "small", "--",
+             "--max-update", "30", "--max-tokens", "1024", *TOY])
+    return str(built_once(tmp_path_factory, "toy_alibi", train) / "checkpoint_last.pt")
 
 
-def stock_checkpoint(wt2_slice, save, *flags):
+def stock_checkpoint(wt2_slice, tmp_path_factory, name, *flags):
     """A stock sinusoidal (or, with --decoder-learned-pos, learned-position) twin of the small
     architecture, trained at L=32 for 5 updates with scripts/train.sh."""
-    run(["scripts/train.sh", "sinusoidal", "32", wt2_slice, save, "small", "--",
-         "--max-update", "5", "--max-tokens", "1024", *TOY, *flags])
-    return save / "checkpoint_last.pt"
+    def train(save):
+        run(["scripts/train.sh", "sinusoidal", "32", wt2_slice, save, "small", "--",
+             "--max-update", "5", "--max-tokens", "1024", *TOY, *flags])
+    return built_once(tmp_path_factory, name, train) / "checkpoint_last.pt"
 
 
 @pytest.fixture(scope="session")
 def sinusoidal_checkpoint(wt2_slice, tmp_path_factory):
-    return stock_checkpoint(wt2_slice, tmp_path_factory.mktemp("sinusoidal"))
+    return stock_checkpoint(wt2_slice, tmp_path_factory, "sinusoidal")
 
 
 @pytest.fixture(scope="session")
 def learned_checkpoint(wt2_slice, tmp_path_factory):
-    return stock_checkpoint(wt2_slice, tmp_path_factory.mktemp("learned"), "--decoder-learned-pos")
+    return stock_checkpoint(wt2_slice, tmp_path_factory, "learned", "--decoder-learned-pos")
