@@ -18,7 +18,8 @@ from fairseq.modules import MultiheadAttention
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from .kernels import BlockedBias, InKernelBias, build_kernel, choose_kernel
+from .documents import Documents, document_bias
+from .kernels import BlockedBias, DocumentBlocks, InKernelBias, build_kernel, choose_kernel
 from .rotary import apply_rotary
 
 
@@ -30,10 +31,11 @@ class AttentionBias:
     # no mask needed (causal: SDPA's is_causal when T == S, nothing when T == 1; bidirectional:
     # every key).
     mask: Optional[Tensor] = None
-    # cos, sin (T, head_dim / 2) of the T new positions: rotates new queries and keys (rotary).
+    # cos, sin (T, head_dim / 2) of the T new positions: rotates new queries and keys (rotary);
+    # with documents (batch, 1, T, head_dim / 2), each row's positions in its documents.
     rotary: Optional[Tuple[Tensor, Tensor]] = None
-    # A kernel that adds the bias itself (InKernelBias, BlockedBias); then mask is None.
-    kernel: Optional[Union[InKernelBias, BlockedBias]] = None
+    # A kernel that adds the bias itself (InKernelBias, BlockedBias, DocumentBlocks); then mask is None.
+    kernel: Optional[Union[InKernelBias, BlockedBias, DocumentBlocks]] = None
     causal: bool = True
 
 
@@ -104,17 +106,26 @@ def position_mask(positions, query_len: int, key_len: int, dtype, device, causal
 
 def attention_bias(positions, x: Tensor, query_len: int, key_len: int, padding_mask: Optional[Tensor], *,
                    causal: bool, kernel: str = "sdpa", dropout: bool = False,
-                   cache: Optional[SquareMaskCache] = None) -> AttentionBias:
+                   cache: Optional[SquareMaskCache] = None, documents: Optional[Documents] = None) -> AttentionBias:
     """What every layer adds for these lengths: the T new queries are the last T of S positions
     (incremental decoding: T = 1 over the cached keys). padding_mask: padded keys to mask (None if
     the attention pattern already hides them). kernel: a name of kernels.KERNEL_NAMES; dropout:
-    attention dropout is on (training)."""
-    queries = torch.arange(key_len - query_len, key_len, device=x.device)
-    rotary = positions.rotary(queries)
-    chosen = choose_kernel(kernel, positions, x, query_len, padding_mask is not None, dropout)
+    attention dropout is on (training). documents (documents.find_documents, over all S tokens):
+    no query sees another document, and positions count from each document's start."""
+    if documents is None:
+        rotary = positions.rotary(torch.arange(key_len - query_len, key_len, device=x.device))
+    else:
+        rotary = positions.rotary(documents.positions[:, key_len - query_len:])  # (batch, T, head_dim / 2)
+        rotary = None if rotary is None else tuple(r[:, None] for r in rotary)
+    chosen = choose_kernel(kernel, positions, x, query_len, padding_mask is not None, dropout, documents is not None)
     if chosen != "sdpa":
-        return AttentionBias(kernel=build_kernel(chosen, positions, x.dtype), rotary=rotary, causal=causal)
-    mask = position_mask(positions, query_len, key_len, x.dtype, x.device, causal, cache)
+        return AttentionBias(kernel=build_kernel(chosen, positions, x.dtype, documents, query_len),
+                             rotary=rotary, causal=causal)
+    if documents is not None:  # (batch, heads or 1, T, S): each row its own
+        keys = torch.arange(key_len, device=x.device)
+        mask = document_bias(positions, documents, keys[key_len - query_len:], keys, causal).to(x.dtype)
+    else:
+        mask = position_mask(positions, query_len, key_len, x.dtype, x.device, causal, cache)
     if padding_mask is not None:
         if mask is None:
             mask = (causal_mask(query_len, key_len, x.dtype, x.device) if causal

@@ -7,6 +7,7 @@ folded in, the rotation of queries and keys, or a kernel that adds the bias itse
 size and evaluation length work, and incremental decoding gets each new query's row. Each method
 is registered as `<method>_transformer_lm` with its own options (register_position_lm).
 """
+from dataclasses import field, make_dataclass
 from typing import Dict, List, Optional
 
 from torch import Tensor, nn
@@ -19,7 +20,8 @@ from fairseq.modules import AdaptiveInput
 
 from .attention import RelativeDecoderLayer, SquareMaskCache, attention_bias, is_right_padding, wrap_layer
 from .base import UNBOUNDED_POSITIONS, ConfigError, check_heads
-from .factory import causal_positions
+from .documents import find_documents
+from .factory import causal_positions, document_separator
 
 
 def check_decoder_args(args, method: str):
@@ -42,8 +44,9 @@ class PositionDecoder(TransformerDecoder):
     is fairseq's own, without positions."""
 
     def __init__(self, args, dictionary, embed_tokens, positions: nn.Module, kernel: str = "auto",
-                 no_encoder_attn: bool = True):
+                 no_encoder_attn: bool = True, separator: Optional[int] = None):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self.document_separator = separator  # a dictionary index: packed documents kept apart (documents.py)
         # Registered under the method's own name: its checkpoint keys (T5's decoder.relative_attention_bias.weight).
         self.positions_name = positions.name
         self.add_module(positions.name, positions)
@@ -74,6 +77,9 @@ class PositionDecoder(TransformerDecoder):
         if full_context_alignment:
             raise ValueError("full_context_alignment is not supported by this decoder")
         key_len = prev_output_tokens.size(1)  # in incremental decoding: cached + new tokens
+        # From all S tokens (cached ones included): a separator starts a document for what follows.
+        documents = (find_documents(prev_output_tokens, self.document_separator)
+                     if self.document_separator is not None else None)
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
         tokens = prev_output_tokens.contiguous()
@@ -95,7 +101,7 @@ class PositionDecoder(TransformerDecoder):
             padding_mask = None
         bias = attention_bias(self.positions, x, tokens.size(1), key_len, padding_mask, causal=True,
                               kernel=self.attention_kernel, cache=self.mask_cache,
-                              dropout=self.training and self.attention_dropout > 0)
+                              dropout=self.training and self.attention_dropout > 0, documents=documents)
 
         # Encoder-decoder models: cross-attention is fairseq's own, over the encoder's padding.
         encoder_states = encoder_out["encoder_out"][0] if encoder_out and encoder_out["encoder_out"] else None
@@ -134,6 +140,7 @@ class PositionLanguageModel(TransformerLanguageModel):
     def build_model(cls, args, task):
         check_decoder_args(args, cls.method_name)
         positions, kernel = causal_positions(cls.position_method, args)
+        separator = document_separator(args, task.source_dictionary)
         args.no_token_positional_embeddings = True
         if args.decoder_layers_to_keep:
             args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
@@ -160,7 +167,7 @@ class PositionLanguageModel(TransformerLanguageModel):
                 "--tie-adaptive-weights needs --adaptive-input with the same cutoff, factor and "
                 "dimension as the adaptive softmax"
             )
-        return cls(PositionDecoder(args, task.target_dictionary, embed_tokens, positions, kernel))
+        return cls(PositionDecoder(args, task.target_dictionary, embed_tokens, positions, kernel, separator=separator))
 
 
 def small_architecture(args):
@@ -187,9 +194,19 @@ def wiki103_architecture(args):
     transformer_lm_baevski_wiki103(args)
 
 
+DOCUMENT_SEPARATOR_HELP = (
+    "packed documents: a dictionary symbol that ends a document (e.g. <doc>, which "
+    "scripts/prepare-wikitext.sh --documents writes between articles); no query attends to "
+    "another document and positions count from each document's start; at evaluation set or "
+    "drop it with --model-overrides \"{'document_separator': None}\"")
+
+
 def register_position_lm(method: str, method_name: str, config):
     """`--arch <method>_transformer_lm` (the config's defaults: stock transformer_lm dimensions,
-    6 x 512, post-norm), `_small` and `_wiki103`, with the options of `config` (a dataclass)."""
+    6 x 512, post-norm), `_small` and `_wiki103`, with the options of `config` (a dataclass) and
+    the one every causal LM has, --document-separator."""
+    config = make_dataclass(config.__name__, [("document_separator", Optional[str], field(
+        default=None, metadata={"help": DOCUMENT_SEPARATOR_HELP}))], bases=(config,))
     model_name = f"{method}_transformer_lm"
     cls = type(f"{method.title().replace('_', '')}TransformerLanguageModel", (PositionLanguageModel,),
                {"position_method": method, "method_name": method_name, "__module__": __name__})

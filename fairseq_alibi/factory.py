@@ -7,7 +7,7 @@ check one line (ConfigError). No module of the plugin checks an option anywhere 
 
 Options a checkpoint predates read as their defaults (getattr), so old checkpoints load.
 """
-from typing import Tuple
+from typing import Optional, Tuple
 
 from .base import ConfigError, config_check
 from .bidirectional import EncoderAlibi
@@ -95,3 +95,15 @@ def check_kernel(kernel: str, positions: PositionMethod, flag: str):
 def encoder_positions(variant: str, heads: int) -> EncoderAlibi:
     return config_check(EncoderAlibi, variant, heads, flags="--encoder-alibi")
 
+
+def document_separator(args, dictionary) -> Optional[int]:
+    """The dictionary index of --document-separator, or None without it."""
+    symbol = getattr(args, "document_separator", None)
+    if symbol is None:
+        return None
+    if symbol in (dictionary.pad_word, dictionary.unk_word) or dictionary.index(symbol) == dictionary.unk():
+        why = ("padding" if symbol == dictionary.pad_word else "the unknown-word symbol" if symbol == dictionary.unk_word
+               else "not in the dictionary")
+        raise ConfigError(f"--document-separator {symbol!r} is {why}: give a symbol of the data's dict.txt that ends "
+                          "each document (scripts/prepare-wikitext.sh --documents writes <doc> between articles)")
+    return dictionary.index(symbol)

@@ -13,19 +13,26 @@ a kernel can take is read from the position method's interface (positions.py): `
 - blocked: PyTorch's fused CPU kernel on blocks of queries, for long inputs on CPU; memory
   heads x block x (window + block) for the bias instead of heads x T x S (see blocked_attention;
   with gradients for ALiBi, BlockedAlibiAttention; T5's constant-beyond-a-window bias at evaluation).
+With packed documents (documents.py) each kernel keeps every query inside its own document: sdpa
+by the dense mask, flash by FlashAttention-2's variable-length function (one sequence per document
+of each row), flex by a document mask_mod, blocked (any method) by reading, for each block of
+queries, only the keys from the start of the block's earliest document (DocumentBlocks).
 choose_kernel picks one for an input; attention (attention.attention_bias) then calls build_kernel.
 """
 import math
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .base import warn_once
 
+from .documents import Documents, document_bias
+
 try:  # optional: GPU users install it themselves
     import flash_attn
-    from flash_attn import flash_attn_func
+    from flash_attn import flash_attn_func, flash_attn_varlen_func
 except ImportError:
     flash_attn = None
 
@@ -70,23 +77,25 @@ def takes_bias(kernel: str, positions) -> Optional[str]:
     return None
 
 
-def unusable(kernel: str, positions, x: Tensor, dropout: bool) -> Optional[str]:
+def unusable(kernel: str, positions, x: Tensor, dropout: bool, documents: bool = False) -> Optional[str]:
     """None if `kernel` can run this input (x: the layer input, dropout: attention dropout in
-    training), else why not."""
-    why_not = takes_bias(kernel, positions)
+    training, documents: packed documents to keep apart), else why not."""
+    # With documents the blocked kernel builds each block's bias from bias(), for any method.
+    why_not = takes_bias(kernel, positions) if not (documents and kernel == "blocked") else None
     if why_not is None and kernel == "flash":
         why_not = flash_available(x)
     if why_not is None and kernel == "blocked":
         if x.device.type != "cpu":
             why_not = "it runs on CPU only"
-        elif positions.linear_slopes is None and torch.is_grad_enabled():
+        elif not documents and positions.linear_slopes is None and torch.is_grad_enabled():
             why_not = "its T5 path is for evaluation (the learned bias needs the mask's gradient)"
     if why_not is None and kernel in ("flex", "blocked") and dropout:
         why_not = "it has no attention dropout (training with attention dropout)"
     return why_not
 
 
-def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding: bool, dropout: bool) -> str:
+def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding: bool, dropout: bool,
+                  documents: bool = False) -> str:
     """The kernel for this input. Padding to fold in needs the dense mask (sdpa). auto: flash
     where it can run, else blocked on CPU for inputs longer than BLOCKED_ABOVE, else sdpa. A kernel
     asked for by name that cannot run this input leaves it to sdpa, which computes the same, with
@@ -94,12 +103,12 @@ def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding:
     if requested == "sdpa" or padding:
         return "sdpa"
     if requested == "auto":
-        if unusable("flash", positions, x, dropout) is None:
+        if unusable("flash", positions, x, dropout, documents) is None:
             return "flash"
-        if query_len > BLOCKED_ABOVE and unusable("blocked", positions, x, dropout) is None:
+        if query_len > BLOCKED_ABOVE and unusable("blocked", positions, x, dropout, documents) is None:
             return "blocked"
         return "sdpa"
-    why_not = unusable(requested, positions, x, dropout)
+    why_not = unusable(requested, positions, x, dropout, documents)
     if why_not:
         warn_once(f"attention kernel {requested} cannot run here ({why_not}): using sdpa, which computes "
                   "the same; choose auto to let the model pick")
@@ -107,10 +116,13 @@ def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding:
     return requested
 
 
-def build_kernel(kernel: str, positions, dtype):
-    """What the layers call in place of sdpa for a kernel chosen by choose_kernel."""
+def build_kernel(kernel: str, positions, dtype, documents: Optional[Documents] = None, query_len: int = 0):
+    """What the layers call in place of sdpa for a kernel chosen by choose_kernel (once per
+    forward: query_len, the new queries, is needed with documents only)."""
     if kernel in ("flash", "flex"):
-        return InKernelBias(kernel, positions.linear_slopes)
+        return InKernelBias(kernel, positions.linear_slopes, documents, query_len)
+    if documents is not None:
+        return DocumentBlocks(positions, documents, dtype)
     if positions.linear_slopes is not None:  # ALiBi: the diagonal block's mask, the same for every block
         return BlockedBias(band_bias(positions, 0, BLOCK, dtype), 0, far_slopes=positions.linear_slopes)
     window, far = positions.constant_beyond()
@@ -137,11 +149,17 @@ class InKernelBias:
     """Passed to the layers in place of a mask: which kernel adds the bias, with which slopes
     (None: no bias, plain causal attention)."""
 
-    def __init__(self, kernel: str, slopes: Optional[Tensor]):
+    def __init__(self, kernel: str, slopes: Optional[Tensor], documents: Optional[Documents] = None,
+                 query_len: int = 0):
         assert kernel in ("flash", "flex")
-        self.kernel, self.slopes = kernel, slopes
+        self.kernel, self.slopes, self.documents = kernel, slopes, documents
+        self.block_mask = None
+        if kernel == "flex" and documents is not None:  # built once per forward, for every layer
+            self.block_mask = flex_document_block_mask(documents.ids, query_len)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
+        if self.kernel == "flash" and self.documents is not None:
+            return flash_documents(q, k, v, self.documents.ids, self.slopes, dropout_p)
         if self.kernel == "flash":
             # FA2's causal mask is bottom-right aligned (>= 2.1), as ours; its layout is (B, T, H, d).
             slopes = None if self.slopes is None else self.slopes.float()
@@ -150,7 +168,73 @@ class InKernelBias:
             return out.transpose(1, 2)
         if dropout_p > 0:
             raise ValueError("FlexAttention has no attention dropout: train with the sdpa kernel")
-        return flex_alibi_attention(q, k, v, self.slopes)
+        return flex_alibi_attention(q, k, v, self.slopes, self.block_mask)
+
+
+def flash_documents(q: Tensor, k: Tensor, v: Tensor, ids: Tensor, slopes: Optional[Tensor], dropout_p: float) -> Tensor:
+    """FlashAttention-2's variable-length kernel with each (row, document) as one sequence. The T
+    queries are the last T of the S keys, so every document holding a query holds its last
+    tokens, and its queries are the last of its keys: FA2's bottom-right causal alignment. Keys of
+    documents wholly before the first query (cached) are left out."""
+    batch, heads, query_len, dim = q.shape
+    key_len = k.size(2)
+    row = torch.arange(batch, device=ids.device)[:, None] * (key_len + 1)
+    query_docs = (ids[:, key_len - query_len:] + row).flatten()  # (batch T), nondecreasing
+    kept = ids >= ids[:, key_len - query_len:key_len - query_len + 1]  # (batch, S)
+    key_docs = (ids + row)[kept]
+    query_counts = torch.unique_consecutive(query_docs, return_counts=True)[1]
+    key_counts = torch.unique_consecutive(key_docs, return_counts=True)[1]
+
+    def cumulative(counts):
+        return F.pad(counts.cumsum(0), (1, 0)).to(torch.int32)
+
+    slopes = None if slopes is None else slopes.float()
+    out = flash_attn_varlen_func(
+        q.transpose(1, 2).reshape(batch * query_len, heads, dim), k.transpose(1, 2)[kept], v.transpose(1, 2)[kept],
+        cumulative(query_counts), cumulative(key_counts), int(query_counts.max()), int(key_counts.max()),
+        dropout_p=dropout_p, causal=True, alibi_slopes=slopes)
+    return out.view(batch, query_len, heads, dim).transpose(1, 2)
+
+
+def flex_document_block_mask(ids: Tensor, query_len: int):
+    """FlexAttention's block mask for the last query_len of the S tokens of each row of ids
+    (batch, S): causal, and inside each query's document."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    batch, key_len = ids.shape
+    offset = key_len - query_len
+
+    def same_document_causal(b, head, q_idx, kv_idx):
+        return (q_idx + offset >= kv_idx) & (ids[b, q_idx + offset] == ids[b, kv_idx])
+
+    return create_block_mask(same_document_causal, batch, None, query_len, key_len, device=ids.device)
+
+
+class DocumentBlocks:
+    """Passed to the layers in place of a mask: the blocked kernel with packed documents, for any
+    method. Each block of BLOCK queries attends (sdpa, with gradients) over the keys from the
+    first token of the earliest document any of its rows' queries is in: the keys of earlier
+    documents are never read, so a long packed evaluation costs each block its documents' span,
+    not the whole past. Its bias is the dense path's (documents.document_bias) for that span."""
+
+    def __init__(self, positions, documents: Documents, dtype, block: int = BLOCK):
+        self.positions, self.documents, self.dtype, self.block = positions, documents, dtype, block
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
+        if dropout_p > 0:
+            raise ValueError("the blocked attention kernel has no attention dropout: train with the sdpa kernel")
+        query_len, key_len = q.size(2), k.size(2)
+        offset = key_len - query_len
+        starts = self.documents.starts()
+        index = torch.arange(key_len, device=q.device)
+        blocks = []
+        for start in range(0, query_len, self.block):
+            c, end = offset + start, offset + min(start + self.block, query_len)
+            first = int(starts[:, c].min())  # the block's earliest document starts here
+            mask = document_bias(self.positions, self.documents, index[c:end], index[first:end]).to(self.dtype)
+            blocks.append(F.scaled_dot_product_attention(q[:, :, start:start + end - c], k[:, :, first:end],
+                                                         v[:, :, first:end], attn_mask=mask))
+        return torch.cat(blocks, dim=2)
 
 
 class BlockedBias:
@@ -178,9 +262,11 @@ _compiled_flex = None
 _flex_block_mask = None  # (query length, key length, device), its block mask
 
 
-def flex_alibi_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Optional[Tensor]) -> Tensor:
+def flex_alibi_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Optional[Tensor], block_mask=None) -> Tensor:
     """The bias in a score_mod (slopes None: none); the causal pattern in a block mask, so that the
-    compiled kernel skips the blocks wholly in the future instead of computing and discarding them."""
+    compiled kernel skips the blocks wholly in the future instead of computing and discarding them
+    (block_mask: a given one, e.g. flex_document_block_mask's). ALiBi's -m (i - j) is the same
+    counted from a document's start as from the row's."""
     global _compiled_flex
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -195,9 +281,10 @@ def flex_alibi_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Optional[Tenso
 
     global _flex_block_mask
     key = (q.size(2), k.size(2), q.device)
-    if _flex_block_mask is None or _flex_block_mask[0] != key:  # the same for every layer and step
-        _flex_block_mask = (key, create_block_mask(causal, None, None, q.size(2), k.size(2), device=q.device))
-    block_mask = _flex_block_mask[1]
+    if block_mask is None:
+        if _flex_block_mask is None or _flex_block_mask[0] != key:  # the same for every layer and step
+            _flex_block_mask = (key, create_block_mask(causal, None, None, q.size(2), k.size(2), device=q.device))
+        block_mask = _flex_block_mask[1]
     score_mod = alibi_score if slopes is not None else None
     if q.is_cuda:
         if _compiled_flex is None:
