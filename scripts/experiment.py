@@ -55,6 +55,16 @@ class Experiment:
     multiples: tuple = (1, 2, 4, 8, 16)  # L_valid = multiple x L
     strides: tuple = ("0", "/2")  # scripts/eval.sh STRIDE: nonoverlapping, sliding by L_valid/2
     split: str = "valid"
+    # WikiText-2 with <doc> between articles (scripts/prepare-wikitext.sh --documents), and each
+    # model scored with its documents kept apart and packed (--document-separator set and dropped
+    # at evaluation), in rows labelled "<label>, scored apart|packed". False: the usual data.
+    documents: bool = False
+
+
+SEPARATOR = "<doc>"  # what prepare-wikitext.sh --documents writes between articles
+# Label suffix -> the evaluation's --model-overrides.
+DOCUMENT_SCORINGS = {"scored apart": f"{{'document_separator': '{SEPARATOR}'}}",
+                     "scored packed": "{'document_separator': None}"}
 
 
 SINUSOIDAL = Model("Sinusoidal", "sinusoidal")
@@ -76,6 +86,12 @@ EXPERIMENTS = {
          # FIRE's interpolation threshold starts at the training length (the module's default, 512,
          # would leave it unused below 512 tokens).
          Model("FIRE", "fire", ("--fire-init-threshold", "64")))),
+    "documents": Experiment(
+        "Packed documents: ALiBi and rotary trained with articles packed and kept apart "
+        "(--document-separator), each scored both ways, on WikiText-2 with <doc> between articles.",
+        (Model("ALiBi", "alibi"), Model("ALiBi, trained apart", "alibi", ("--document-separator", SEPARATOR)),
+         Model("Rotary", "rotary"), Model("Rotary, trained apart", "rotary", ("--document-separator", SEPARATOR))),
+        documents=True),
 }
 
 def slug(label):
@@ -102,8 +118,8 @@ def read_rows(path):
 
 
 def row_key(row):
-    """What one measurement is: checkpoint, its updates, length, stride, scaling, split."""
-    return (row.get("checkpoint"), row.get("updates"), row["l_valid"], row.get("stride_rule"),
+    """What one measurement is: label, checkpoint, its updates, length, stride, scaling, split."""
+    return (row.get("label"), row.get("checkpoint"), row.get("updates"), row["l_valid"], row.get("stride_rule"),
             row.get("scaling") or "none", row["split"])
 
 
@@ -165,28 +181,41 @@ class Runner:
                  for s in self.experiment.strides]
         return jobs
 
+    def scorings(self, model):
+        """(row label, extra scripts/eval.sh flags) of each way the model is scored."""
+        if not self.experiment.documents:
+            return [(model.label, [])]
+        return [(f"{model.label}, {suffix}", ["--model-overrides", overrides])
+                for suffix, overrides in DOCUMENT_SCORINGS.items()]
+
     def evaluate(self, model, checkpoint):
-        """Score what is missing from the results, in one scripts/eval.sh process (where only some
-        is missing, the lengths, strides and scalings it spans are all scored again)."""
+        """Score what is missing from the results, in one scripts/eval.sh process per scoring (where
+        only some is missing, the lengths, strides and scalings it spans are all scored again)."""
         updates = recipes["checkpoint_summary"](checkpoint)[2]
         done = {row_key(r) for r in read_rows(self.results)}
-        missing = [(scaling, l_valid, stride) for scaling, l_valid, stride in self.evaluations(model)
-                   if (checkpoint, updates, l_valid, stride_rule(stride), scaling, self.experiment.split) not in done]
-        if not missing:
-            return False
-        scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in missing)] for i in range(3))
-        env = dict(os.environ, LABEL=model.label, ROW_FIELDS=self.fields, SCALING=" ".join(scalings),
+        scored = False
+        for label, flags in self.scorings(model):
+            missing = [(scaling, l_valid, stride) for scaling, l_valid, stride in self.evaluations(model)
+                       if (label, checkpoint, updates, l_valid, stride_rule(stride), scaling,
+                           self.experiment.split) not in done]
+            if missing:
+                self.score(label, checkpoint, missing, flags)
+                scored = True
+        return scored
+
+    def score(self, label, checkpoint, jobs, flags):
+        scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in jobs)] for i in range(3))
+        env = dict(os.environ, LABEL=label, ROW_FIELDS=self.fields, SCALING=" ".join(scalings),
                    SPLIT=self.experiment.split)
         for name in ("ALIBI_SCALING", "SCALING_FACTOR", "ALIBI_SCALING_FACTOR"):
             env.pop(name, None)
         proc = subprocess.Popen([os.path.join("scripts", "eval.sh"), checkpoint, self.data, self.results,
-                                 " ".join(map(str, sorted(lengths))), " ".join(strides)], env=env,
+                                 " ".join(map(str, sorted(lengths))), " ".join(strides), "--", *flags], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         with stopped_together(proc):
             _, errors = proc.communicate()
         if proc.returncode != 0:
-            raise SystemExit((errors.strip().splitlines() or [f"error: scoring {model.label} failed"])[-1])
-        return True
+            raise SystemExit((errors.strip().splitlines() or [f"error: scoring {label} failed"])[-1])
 
     def floor(self):
         """The unigram row, once per length and stride."""
@@ -217,7 +246,7 @@ class Runner:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise SystemExit(f"error: another scripts/experiment.py is running on {self.out}: wait for it, or give --out")
-        self.data = self.args.data or prepare_wikitext2()
+        self.data = self.args.data or prepare_wikitext2(self.experiment.documents)
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
         record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance["commit"](),
                   "machine": provenance["machine"](), "started": started}
@@ -260,14 +289,16 @@ def stopped_together(proc):
         raise
 
 
-def prepare_wikitext2():
-    """data-bin/wikitext-2, as scripts/prepare-wikitext.sh makes it (from WIKITEXT2_SOURCE, else
-    ../shared/data/wikitext-2 if present, else the download mirror; skipped when done)."""
+def prepare_wikitext2(documents=False):
+    """data-bin/wikitext-2 (-documents: with <doc> between articles), as scripts/prepare-wikitext.sh
+    makes it (from WIKITEXT2_SOURCE, else ../shared/data/wikitext-2 if present, else the download
+    mirror; skipped when done)."""
     shared = os.path.join("..", "shared", "data", "wikitext-2")
     source = os.environ.get("WIKITEXT2_SOURCE") or (shared if os.path.isdir(shared) else "")
-    if subprocess.run([os.path.join("scripts", "prepare-wikitext.sh"), "2", *([source] if source else [])]).returncode:
+    flags = ["--documents"] if documents else []
+    if subprocess.run([os.path.join("scripts", "prepare-wikitext.sh"), *flags, "2", *([source] if source else [])]).returncode:
         raise SystemExit(1)
-    return "data-bin/wikitext-2"
+    return "data-bin/wikitext-2" + ("-documents" if documents else "")
 
 
 def main():

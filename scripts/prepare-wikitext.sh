@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Fetch, verify and binarize WikiText (the tokenized v1 release, with <unk>) for fairseq.
 #
-#   scripts/prepare-wikitext.sh 103|2 [SOURCE]
+#   scripts/prepare-wikitext.sh [--documents] 103|2 [SOURCE]
 #
 # SOURCE (optional) is a directory holding wiki.{train,valid,test}.tokens, a .zip or .tar.gz
 # archive of them, or a URL (https://, http://, file://). Default: the wikitext.smerity.com
 # mirror (the original research.metamind.io bucket is gone).
 # Output: data-bin/wikitext-<N> (DATA_BIN overrides data-bin); raw files go to data-raw/.
+# --documents: the same corpus with a line <doc> between articles (scripts/separate_articles.py),
+# in data-bin/wikitext-<N>-documents, for --document-separator '<doc>'; the usual one is untouched.
 # Work already done is skipped; every corpus file is checked against its published checksum.
 # Nothing is deleted but what this script itself created: an existing output directory that it
 # did not finish (or that holds the source) is refused, not replaced.
 set -euo pipefail
 
-name=${1:?usage: scripts/prepare-wikitext.sh 103|2 [SOURCE]}
+usage="usage: scripts/prepare-wikitext.sh [--documents] 103|2 [SOURCE]"
+case ${1:-} in -h|--help) echo "$usage"; exit 0 ;; esac
+documents=0
+if [ "${1:-}" = --documents ]; then documents=1; shift; fi
+name=${1:?$usage}
 name=wikitext-${name#wikitext-}
 source=${2:-}
 data_bin=${DATA_BIN:-data-bin}
@@ -37,6 +43,7 @@ sha1 wiki.test.tokens 8a5befc548865cec54ed4273cf87dbbad60d1e47" ;;
 esac
 
 out=$data_bin/$name
+[ "$documents" = 0 ] || out=$out-documents
 fail() { echo "error: $*" >&2; exit 1; }
 if [ -f "$out/.prepared" ]; then
   echo "$out is already prepared (delete it to redo)"; exit 0
@@ -89,10 +96,19 @@ echo "checksums of $raw/wiki.{train,valid,test}.tokens verified"
 # 3. Binarize (one dictionary from train, as in fairseq's examples/language_model) into a fresh
 # directory, moved into place once complete.
 mkdir -p "$data_bin"
-tmp=$(mktemp -d "$data_bin/.$name.XXXXXX")
+tmp=$(mktemp -d "$data_bin/.$(basename "$out").XXXXXX")
+text=$raw
+if [ "$documents" = 1 ]; then  # separated copies, in the fresh directory, removed once binarized
+  text=$tmp/text
+  mkdir "$text"
+  for split in train valid test; do
+    python3 "$(dirname "$0")/separate_articles.py" "$raw/wiki.$split.tokens" "$text/wiki.$split.tokens"
+  done
+fi
 fairseq-preprocess --only-source \
-  --trainpref "$raw/wiki.train.tokens" --validpref "$raw/wiki.valid.tokens" \
-  --testpref "$raw/wiki.test.tokens" --destdir "$tmp" --workers "$workers"
+  --trainpref "$text/wiki.train.tokens" --validpref "$text/wiki.valid.tokens" \
+  --testpref "$text/wiki.test.tokens" --destdir "$tmp" --workers "$workers"
+[ "$documents" = 0 ] || rm -r "$text"
 touch "$tmp/.prepared"
 mv "$tmp" "$out"
 echo "prepared $out"

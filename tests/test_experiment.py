@@ -113,3 +113,24 @@ def test_train_once_reads_finished_from_the_checkpoint_of_any_model_not_from_a_l
     assert more.returncode == 1 and "training the masked LM failed" in more.stderr
     bare = subprocess.run(command[:-1], cwd=REPO, capture_output=True, text=True)
     assert bare.returncode == 1 and "needs --max-update N" in bare.stderr
+
+
+def test_the_documents_experiment_scores_every_model_with_its_articles_apart_and_packed():
+    import argparse
+    import ast
+
+    declared = experiment["EXPERIMENTS"]["documents"]
+    args = argparse.Namespace(train_length=None, seeds=None, updates=None, lengths=None, out=None, checkpoints=None,
+                              models=None)
+    runner = experiment["Runner"]("documents", declared, args)
+    assert declared.documents and {m.method for m in declared.models} == {"alibi", "rotary"}
+    apart = [m for m in declared.models if "--document-separator" in m.flags]
+    assert len(apart) == 2 and all(m.flags[m.flags.index("--document-separator") + 1] == "<doc>" for m in apart)
+    for model in declared.models:
+        scorings = dict(runner.scorings(model))
+        assert set(scorings) == {f"{model.label}, scored apart", f"{model.label}, scored packed"}
+        overrides = {label: ast.literal_eval(flags[1]) for label, flags in scorings.items()}
+        assert overrides[f"{model.label}, scored apart"] == {"document_separator": "<doc>"}
+        assert overrides[f"{model.label}, scored packed"] == {"document_separator": None}
+    main = experiment["Runner"]("main", experiment["EXPERIMENTS"]["main"], args)
+    assert main.scorings(experiment["EXPERIMENTS"]["main"].models[0]) == [("Sinusoidal", [])]
