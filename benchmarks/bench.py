@@ -168,8 +168,19 @@ def measure(job):
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated() / 2**20
     else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        peak = peak_rss_mib()
     return {"tokens_per_s": scored / seconds, "peak_mib": peak}
+
+
+def peak_rss_mib():
+    """This process's peak resident memory. Linux's VmHWM, not ru_maxrss: a process started by
+    another keeps the parent's high-water mark in ru_maxrss across exec (a floor at the parent's
+    size); ru_maxrss where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            return int(f.read().split("VmHWM:")[1].split()[0]) / 1024
+    except (OSError, IndexError, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def paired_training(job):
