@@ -70,11 +70,16 @@ def ntk_exponents(slopes: Tensor) -> Tensor:
 
 
 def check_scaling(method: str, factor: Union[float, Tensor]):
-    """ValueError naming the fix for an unknown scaling method or a factor that is not positive."""
+    """ValueError naming the fix for an unknown scaling method or a factor that is not positive
+    (linear, ntk: below 1, which would steepen the slopes rather than extend the length)."""
     if method not in SCALINGS:
         raise ValueError(f"unknown slope scaling {method!r}: use one of {', '.join(SCALINGS)}")
-    if not bool((torch.as_tensor(factor, dtype=torch.float32) > 0).all()):
-        raise ValueError(f"the slope scaling factor must be positive, got {factor}")
+    factor = torch.as_tensor(factor, dtype=torch.float32)
+    if not bool((factor > 0).all()):
+        raise ValueError(f"the slope scaling factor must be positive, got {factor.tolist()}")
+    if method in ("linear", "ntk") and not bool((factor >= 1).all()):
+        raise ValueError(f"the {method} slope scaling factor is how many times the training length is extended: "
+                         f"at least 1 (L_valid / L_train), got {factor.tolist()}")
 
 
 def scale_slopes(slopes: Tensor, method: str, factor: Union[float, Tensor]) -> Tensor:

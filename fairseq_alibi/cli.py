@@ -23,7 +23,19 @@ def _run(module):
     importlib.import_module(f"fairseq_cli.{module}").cli_main()
 
 
+def inference_only_flag(argv):
+    """The first option of argv that only evaluation may set (methods.INFERENCE_ONLY), or None."""
+    from .methods import INFERENCE_ONLY
+
+    flags = {flag for method_flags in INFERENCE_ONLY.values() for flag in method_flags}
+    return next((a.split("=")[0] for a in argv if a.split("=")[0] in flags), None)
+
+
 def train():
+    flag = inference_only_flag(sys.argv[1:])
+    if flag:  # a model trained with scaled slopes or angles, then scored as if it had none
+        sys.exit(f"fairseq-alibi-train: {flag} is for evaluation (scripts/eval.sh SCALING=, or "
+                 "--model-overrides), not training: drop it")
     _run("train")
 
 

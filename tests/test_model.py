@@ -170,3 +170,17 @@ def test_cached_mask_serves_shorter_batches_and_follows_slope_changes(tiny_model
     dec.positions.slopes.mul_(0.5)  # e.g. slope interpolation at inference
     torch.testing.assert_close(mask_of(dec, 20, 20), alibi_mask(dec.positions.slopes, 20, 20)[None])
     assert mask_of(dec, 20, 20, torch.float16).dtype == torch.float16
+
+
+@pytest.mark.parametrize("argv", [["--alibi-scaling", "linear", "--alibi-scaling-factor", "4"],
+                                  ["--rotary-scaling=yarn"], ["--alibi-train-length", "64"]])
+def test_the_training_entry_point_refuses_evaluation_only_options(argv, monkeypatch):
+    """fairseq-alibi-train (train.sh refuses them too): a model trained with scaled slopes would
+    then be scored, and labelled, as unscaled."""
+    from fairseq_alibi import cli
+
+    monkeypatch.setattr("sys.argv", ["fairseq-alibi-train", "data-bin/x", "--arch", "alibi_transformer_lm", *argv])
+    monkeypatch.setattr(cli, "_run", lambda module: pytest.fail("fairseq-train was started"))
+    with pytest.raises(SystemExit, match="is for evaluation .* not training: drop it") as stopped:
+        cli.train()
+    assert argv[0].split("=")[0] in str(stopped.value.code)

@@ -264,6 +264,7 @@ def test_scaled_rotary_changes_nothing_at_factor_one_and_the_long_inputs_otherwi
     ("rotary", dict(rotary_scaling="cubic"), "unknown rotary scaling"),
     ("rotary", dict(decoder_embed_dim=36, decoder_attention_heads=4), "must be even"),
     ("alibi", dict(alibi_scaling="linear", alibi_scaling_factor=-4.0), "must be positive"),
+    ("alibi", dict(alibi_scaling="ntk", alibi_scaling_factor=0.5), "at least 1"),
     ("alibi", dict(alibi_train_length=-5), "positive integer"),
     ("alibi", dict(alibi_attention="flsh"), "unknown --alibi-attention"),
     ("kerple", dict(kerple_variant="cubic"), "unknown KERPLE variant"),
