@@ -5,9 +5,11 @@
 
 Peak memory is the largest resident set of the command and the processes it waited for (Linux
 ru_maxrss via wait4). The command's output passes through; the exit status is the command's.
+SIGTERM and SIGINT are passed on to the command, so that stopping this stops it too.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +22,8 @@ try:
     child = subprocess.Popen(command)
 except OSError as e:
     sys.exit(f"error: cannot run {command[0]}: {e.strerror}")
+for stop in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(stop, lambda signum, frame: child.send_signal(signum))
 _, status, usage = os.wait4(child.pid, 0)
 seconds = time.perf_counter() - start
 code = os.waitstatus_to_exitcode(status)

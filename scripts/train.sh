@@ -93,6 +93,10 @@ case $max_update in ''|*[!0-9]*) fail "--max-update must be a non-negative integ
 for ((i = 0; i < ${#model[@]} - 1; i++)); do
   if [ "${model[i]}" = --arch ]; then arch=${model[i + 1]}; fi
 done
+mkdir -p "$save_dir"
+# One trainer per save directory, for the run's lifetime (exec below: fairseq-train holds it).
+exec 9>>"$save_dir/.train.lock"
+flock -n 9 || fail "another training is running on $save_dir (it holds $save_dir/.train.lock): wait for it, or give another SAVE_DIR"
 other_ok=()
 [ "${CONTINUE_RUN:-0}" = 1 ] && other_ok=(--other-ok)
 read -r state done_updates < <(python3 "$here/fairseq_alibi/recipes.py" status "$save_dir" "$arch" "$length" \
@@ -109,7 +113,6 @@ if [ "$preset" = small ] && [[ " $* " != *" --total-num-update "* ]]; then
   schedule=(--total-num-update "$max_update")
 fi
 
-mkdir -p "$save_dir"
 exec fairseq-train "$data" --task language_modeling --save-dir "$save_dir" "${model[@]}" \
   --criterion adaptive_loss --ddp-backend legacy_ddp --tokens-per-sample "$length" \
   --sample-break-mode none --skip-invalid-size-inputs-valid-test --no-epoch-checkpoints \

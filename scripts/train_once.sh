@@ -17,13 +17,16 @@ shift 2
 [ $# -gt 0 ] || { echo "$usage" >&2; exit 1; }
 here=$(cd "$(dirname "$0")" && pwd)
 
-mkdir -p "$save"
 max_update=
 args=("$@")
 for ((i = 0; i < ${#args[@]} - 1; i++)); do
   if [ "${args[i]}" = --max-update ]; then max_update=${args[i + 1]}; fi
 done
 case $max_update in ''|*[!0-9]*) echo "error: the fairseq-train command needs --max-update N (N a number) to know when $name is finished" >&2; exit 1 ;; esac
+mkdir -p "$save"
+# One trainer per save directory, for the run's lifetime (fairseq-train inherits the lock).
+exec 9>>"$save/.train.lock"
+flock -n 9 || { echo "error: another training is running on $save (it holds $save/.train.lock): wait for it, or give another directory" >&2; exit 1; }
 read -r state _ < <(python3 "$here/../fairseq_alibi/recipes.py" status "$save" - - "$max_update" --other-ok || echo failed)
 [ "$state" != failed ] || exit 1
 if [ "$state" = finished ]; then
@@ -31,7 +34,12 @@ if [ "$state" = finished ]; then
   exit 0
 fi
 echo "== training $name -> $save"
-set +o pipefail  # the training's own status is read below (pipefail would end the script first, unexplained)
-python3 "$here/measure.py" "$save/resources.jsonl" -- "$@" 2>&1 \
-  | tee -a "$save/train.log" | { grep --line-buffered -E "train_inner|valid on|done training|error" || true; }
-[ "${PIPESTATUS[0]}" = 0 ] || { echo "error: training $name failed: see $save/train.log" >&2; exit 1; }
+# The training in the background, its output to the log and filtered to the screen; stopping this
+# script (SIGTERM, Ctrl-C) stops it (measure.py passes the signal on), so no trainer runs on unseen.
+python3 "$here/measure.py" "$save/resources.jsonl" -- "$@" \
+  > >(tee -a "$save/train.log" | { grep --line-buffered -E "train_inner|valid on|done training|error" || true; }) 2>&1 &
+training=$!
+trap 'kill -TERM "$training" 2>/dev/null; wait "$training" || true; echo "stopped: rerun to resume $name" >&2; exit 143' TERM INT
+status=0
+wait "$training" || status=$?
+[ "$status" = 0 ] || { echo "error: training $name failed: see $save/train.log" >&2; exit 1; }

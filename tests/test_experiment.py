@@ -134,3 +134,47 @@ def test_the_documents_experiment_scores_every_model_with_its_articles_apart_and
         assert overrides[f"{model.label}, scored packed"] == {"document_separator": None}
     main = experiment["Runner"]("main", experiment["EXPERIMENTS"]["main"], args)
     assert main.scorings(experiment["EXPERIMENTS"]["main"].models[0]) == [("Sinusoidal", [])]
+
+
+def test_one_trainer_per_save_directory_and_a_stopped_one_leaves_no_orphan(tmp_path):
+    """train_once.sh and train.sh refuse a directory whose lock another trainer holds; stopping
+    train_once.sh (SIGTERM) stops the training it started, and the lock goes with it."""
+    import fcntl
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    save = tmp_path / "run"
+    pid_file = tmp_path / "trainer.pid"
+    trainer = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+               "time.sleep(120)", "--max-update", "5"]
+    first = subprocess.Popen(["scripts/train_once.sh", save, "the first", "--", *trainer], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.05)
+    second = subprocess.run(["scripts/train_once.sh", save, "the second", "--", *trainer], cwd=REPO,
+                            capture_output=True, text=True)
+    assert second.returncode == 1 and "another training is running on" in second.stderr
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(10000)))
+    train_sh = subprocess.run(["scripts/train.sh", "alibi", "32", data, save, "small"], cwd=REPO,
+                              capture_output=True, text=True)
+    assert train_sh.returncode == 1 and "another training is running on" in train_sh.stderr.strip().splitlines()[-1]
+
+    first.send_signal(signal.SIGTERM)
+    _, errors = first.communicate(timeout=30)
+    assert first.returncode == 143 and "stopped: rerun to resume the first" in errors
+    pid = int(pid_file.read_text())
+    for _ in range(100):  # the trainer is gone, not orphaned
+        if not os.path.exists(f"/proc/{pid}") or " Z " in open(f"/proc/{pid}/stat").read():
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the training outlived train_once.sh")
+    with open(save / ".train.lock") as lock:  # free again
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
