@@ -25,6 +25,7 @@ import os
 import torch
 
 from .alibi_lm import AlibiTransformerLanguageModelConfig
+from . import dictionaries
 from .base import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,20 @@ def main(argv=None):
         raise ConfigError(f"{args.source} is not a readable checkpoint ({type(e).__name__})")
     if not isinstance(state, dict):
         raise ConfigError(f"{args.source} is not a fairseq checkpoint (a {type(state).__name__})")
-    torch.save(convert_state(state, replace_positions=args.replace_positions, name=args.source), args.target)
+    converted = convert_state(state, replace_positions=args.replace_positions, name=args.source)
+    partial = f"{args.target}.part"  # a failed write (a full disk) leaves no truncated checkpoint
+    try:
+        torch.save(converted, partial)
+        os.replace(partial, args.target)
+    except OSError as e:
+        if os.path.exists(partial):
+            os.remove(partial)
+        raise ConfigError(f"could not write {args.target} ({e.strerror}): nothing was written")
+    kept = dictionaries.checkpoint_dictionary(args.source)
+    if kept:  # the converted model reads the same words: its dictionary goes beside it too
+        other = dictionaries.keep(os.path.dirname(kept), os.path.dirname(os.path.abspath(args.target)))
+        if other:
+            logger.warning("not kept beside %s: %s", args.target, other)
     print(f"wrote {args.target}: load it with --user-dir fairseq_alibi (no --model-overrides needed)")
 
 

@@ -24,6 +24,7 @@ from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
+from . import dictionaries
 from .base import ConfigError
 from .distillation import cross_entropy_terms, distillation_terms
 
@@ -45,6 +46,10 @@ def load_teacher(path: str, task):
 
     if not os.path.isfile(path):
         raise ConfigError(f"--teacher-path {path!r} is not a file: give the teacher's checkpoint")
+    data = getattr(getattr(task, "cfg", None) or getattr(task, "args", None), "data", None)  # legacy tasks: args
+    other = dictionaries.check(path, data.split(os.pathsep)[0]) if data else None
+    if other:  # same size, other words: the teacher would read every token as another word
+        raise ConfigError(f"--teacher-path {other}")
     try:
         state = checkpoint_utils.load_checkpoint_to_cpu(path)
     except Exception as e:  # noqa: BLE001  (unpickling errors have many types)

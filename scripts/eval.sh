@@ -62,6 +62,8 @@ while [ $# -gt 0 ]; do
   if [ "$1" = --model-overrides ] && [ $# -gt 1 ]; then user_overrides=$2; shift 2; else extra+=("$1"); shift; fi
 done
 
+python3 "$here/fairseq_alibi/dictionaries.py" check "$checkpoint" "$data" || exit 1
+
 # What was trained: model name and training length, read from the checkpoint's own config.
 info=$(python3 - "$checkpoint" "$user_overrides" <<'EOF'
 import ast, difflib, sys, torch

@@ -108,6 +108,16 @@ if [ "$state" = finished ]; then
 fi
 
 # The small preset's learning rate reaches 0 at the run's last update (unless told otherwise).
+# The data's dictionary kept beside the checkpoints (fairseq's do not hold theirs): scoring or
+# fine-tuning on another corpus's dictionary is then refused (fairseq_alibi/dictionaries.py).
+python3 "$here/fairseq_alibi/dictionaries.py" keep "$data" "$save_dir" || exit 1
+previous=
+for flag in "$@"; do
+  if [ "$previous" = --finetune-from-model ]; then
+    python3 "$here/fairseq_alibi/dictionaries.py" check "$flag" "$data" || exit 1
+  fi
+  previous=$flag
+done
 schedule=()
 if [ "$preset" = small ] && [[ " $* " != *" --total-num-update "* ]]; then
   schedule=(--total-num-update "$max_update")

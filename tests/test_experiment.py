@@ -178,3 +178,22 @@ def test_one_trainer_per_save_directory_and_a_stopped_one_leaves_no_orphan(tmp_p
         pytest.fail("the training outlived train_once.sh")
     with open(save / ".train.lock") as lock:  # free again
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_dictionaries_are_compared_by_their_words_not_their_size(tmp_path):
+    dictionaries = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "dictionaries.py"))
+    data, same, other, save = (tmp_path / name for name in ("data", "same", "other", "save"))
+    for path, text in [(data, "the 9\nof 5\nand 3\n"), (same, "the 1\nof 1\nand 1 #fairseq:overwrite\n"),
+                       (other, "the 9\nand 5\nof 3\n")]:
+        path.mkdir()
+        (path / "dict.txt").write_text(text)
+    assert dictionaries["difference"](data / "dict.txt", same / "dict.txt") is None  # counts and flags differ only
+    assert "line 2 of dict.txt is 'of' there, 'and' here" in dictionaries["difference"](data / "dict.txt", other / "dict.txt")
+    save.mkdir()
+    checkpoint = str(save / "checkpoint_last.pt")
+    assert dictionaries["check"](checkpoint, str(other)) is None  # nothing kept: nothing to compare
+    assert dictionaries["keep"](str(data), str(save)) is None and (save / "dict.txt").read_text() == "the 9\nof 5\nand 3\n"
+    assert "another dictionary" in dictionaries["check"](checkpoint, str(other))
+    assert dictionaries["check"](checkpoint, str(same)) is None
+    assert "holds a run on another dictionary" in dictionaries["keep"](str(other), str(save))
+    assert (save / "dict.txt").read_text() == "the 9\nof 5\nand 3\n" and not (save / "dict.txt.part").exists()

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -422,3 +423,28 @@ def test_experiment_runner_stopped_by_sigterm_leaves_no_trainer_running(wt2_slic
     assert proc.returncode == 1 and "stopped: run the same command again" in err
     time.sleep(1)
     assert not subprocess.run(["pgrep", "-f", f"save-dir {save}"], capture_output=True, text=True).stdout.split()
+
+
+def test_another_dictionary_of_the_same_size_is_refused_by_every_reader(toy_checkpoint, wt2_slice, tmp_path):
+    """Data whose dict.txt has the same number of words, two of them swapped: eval.sh, a fine-tune
+    from the checkpoint (train.sh) and distillation from it refuse in one line, touching nothing."""
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(wt2_slice, other)
+    lines = (other / "dict.txt").read_text().splitlines(keepends=True)
+    lines[10], lines[11] = lines[11], lines[10]
+    (other / "dict.txt").write_text("".join(lines))
+    assert (other / "dict.txt").stat().st_size == (Path(wt2_slice) / "dict.txt").stat().st_size
+    out = tmp_path / "r.jsonl"
+    proc = eval_script(toy_checkpoint, other, out, "32")
+    assert proc.returncode == 1 and not out.exists()
+    assert "was trained on another dictionary" in proc.stderr.strip().splitlines()[-1] and "line 11" in proc.stderr
+    for extra in (["--finetune-from-model", toy_checkpoint],
+                  ["--criterion", "lm_distillation", "--teacher-path", toy_checkpoint, "--max-update", "1"]):
+        save = tmp_path / f"save-{len(extra)}"
+        proc = subprocess.run(["scripts/train.sh", "alibi", "32", other, save, "small", "--", "--max-tokens", "1024",
+                               *TOY, *map(str, extra)], cwd=REPO, capture_output=True, text=True)
+        assert proc.returncode == 1 and "was trained on another dictionary" in proc.stderr, proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr and not (save / "checkpoint_last.pt").exists()
+    assert eval_script(toy_checkpoint, wt2_slice, out, "32").returncode == 0  # its own data: scored

@@ -1,0 +1,81 @@
+"""Is a checkpoint's dictionary the data's? Plain Python, no import of torch or fairseq, so that the
+shell scripts ask it cheaply (python3 fairseq_alibi/dictionaries.py ...).
+
+fairseq checkpoints do not hold their dictionary: it is read from the data directory, so a model
+scored or fine-tuned on another corpus's dictionary of the same size reads every token as another
+word, silently. scripts/train.sh keeps a copy of the training data's dict.txt beside the
+checkpoints (as fairseq's released models ship theirs), and the tools compare words, not counts.
+
+    python3 fairseq_alibi/dictionaries.py check CHECKPOINT DATA_DIR     # exit 1 with one line if they differ
+    python3 fairseq_alibi/dictionaries.py keep DATA_DIR SAVE_DIR        # copy dict.txt into SAVE_DIR (refuse another)
+"""
+import os
+import shutil
+import sys
+from typing import List, Optional
+
+
+def words(path: str) -> List[str]:
+    """The symbols of a fairseq dict.txt, in order: each line `WORD COUNT [#fairseq:overwrite]`,
+    counts and flags dropped (as fairseq's Dictionary.add_from_file reads it)."""
+    symbols = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            word, _, last = line.rstrip().rpartition(" ")
+            if last == "#fairseq:overwrite":
+                word = word.rpartition(" ")[0]
+            if word:
+                symbols.append(word)
+    return symbols
+
+
+def difference(kept: str, data: str) -> Optional[str]:
+    """None if the two dict.txt files list the same words in the same order, else the first
+    difference, in a few words."""
+    a, b = words(kept), words(data)
+    for line, (x, y) in enumerate(zip(a, b), 1):
+        if x != y:
+            return f"line {line} of dict.txt is {x!r} there, {y!r} here"
+    if len(a) != len(b):
+        return f"{len(a)} words there, {len(b)} here"
+    return None
+
+
+def checkpoint_dictionary(checkpoint: str) -> Optional[str]:
+    """The dict.txt kept beside a checkpoint, if any."""
+    path = os.path.join(os.path.dirname(os.path.abspath(checkpoint)), "dict.txt")
+    return path if os.path.isfile(path) else None
+
+
+def check(checkpoint: str, data: str) -> Optional[str]:
+    """None if CHECKPOINT may read DATA's tokens (same words, or no dictionary kept beside it),
+    else the one-line reason."""
+    kept = checkpoint_dictionary(checkpoint)
+    if kept is None:
+        return None
+    why = difference(kept, os.path.join(data, "dict.txt"))
+    if why:
+        return (f"{checkpoint} was trained on another dictionary than {data}'s ({why}): give the data "
+                "it was trained on")
+    return None
+
+
+def keep(data: str, save_dir: str) -> Optional[str]:
+    """Copy DATA's dict.txt into SAVE_DIR (through a temporary name); None if done or already
+    there, else why not (SAVE_DIR holds another dictionary)."""
+    source, target = os.path.join(data, "dict.txt"), os.path.join(save_dir, "dict.txt")
+    if os.path.isfile(target):
+        why = difference(target, source)
+        return (f"{save_dir} holds a run on another dictionary than {data}'s ({why}): give its own data, "
+                "or another SAVE_DIR") if why else None
+    shutil.copyfile(source, target + ".part")
+    os.replace(target + ".part", target)
+    return None
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] not in ("check", "keep"):
+        sys.exit(__doc__.strip().splitlines()[-2].strip() + "\n" + __doc__.strip().splitlines()[-1].strip())
+    problem = (check if sys.argv[1] == "check" else keep)(sys.argv[2], sys.argv[3])
+    if problem:
+        sys.exit(f"error: {problem}")
