@@ -22,7 +22,9 @@
 set -euo pipefail
 
 usage='usage: scripts/eval.sh CHECKPOINT DATA OUT.jsonl "L_VALID..." ["STRIDE..."] [-- flags]'
-checkpoint=${1:?$usage}; data=${2:?$usage}; out=${3:?$usage}; lengths=${4:?$usage}
+case ${1:-} in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
+[ $# -ge 4 ] || { echo "$usage" >&2; exit 2; }
+checkpoint=$1; data=$2; out=$3; lengths=$4
 shift 4
 strides=0
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then strides=$1; shift; fi

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Create .venv with torch 2.13.0 (CPU wheel), fairseq and this package; skip if already done.
 set -euo pipefail
+case ${1:-} in
+  -h|--help) echo "usage: scripts/setup.sh   (no arguments: creates .venv in the repository, or does nothing if it is current)"; exit 0 ;;
+  ?*) echo "error: scripts/setup.sh takes no arguments (see --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 stamp=.venv/.installed-$(cat setup.py scripts/setup.sh | sha1sum | cut -c1-12)
 if [ -f "$stamp" ]; then exit 0; fi

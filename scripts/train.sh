@@ -22,7 +22,9 @@ names = runpy.run_path(sys.argv[1])
 print(*names["CAUSAL_METHODS"]); print(*(flag for flags in names["INFERENCE_ONLY"].values() for flag in flags))
 ' "$(dirname "$0")/../fairseq_alibi/methods.py")
 usage="usage: scripts/train.sh $(IFS='|'; echo "${methods[*]}")|sinusoidal L DATA SAVE_DIR [wiki103|small] [-- flags]"
-method=${1:?$usage}; length=${2:?$usage}; data=${3:?$usage}; save_dir=${4:?$usage}
+case ${1:-} in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; echo "$usage"; exit 0 ;; esac
+[ $# -ge 4 ] || { echo "$usage" >&2; exit 2; }
+method=$1; length=$2; data=$3; save_dir=$4
 shift 4
 preset=wiki103
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then preset=$1; shift; fi

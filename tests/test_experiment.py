@@ -197,3 +197,29 @@ def test_dictionaries_are_compared_by_their_words_not_their_size(tmp_path):
     assert dictionaries["check"](checkpoint, str(same)) is None
     assert "holds a run on another dictionary" in dictionaries["keep"](str(other), str(save))
     assert (save / "dict.txt").read_text() == "the 9\nof 5\nand 3\n" and not (save / "dict.txt.part").exists()
+
+
+SCRIPTS = ["scripts/eval.sh", "scripts/train.sh", "scripts/train_once.sh", "scripts/setup.sh",
+           "scripts/prepare-wikitext.sh", "examples/wikitext2/run.sh", "examples/wikitext2/compare.sh",
+           "examples/wikitext2/convert.sh", "examples/wikitext2/trade.sh", "examples/wikitext2/mlm.sh",
+           "examples/wikitext2/littlebird.sh", "examples/synthetic/run.sh"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_answers_help_and_starts_nothing(script, tmp_path):
+    """--help prints the usage and starts nothing; a preset given an argument refuses it (presets
+    read environment variables only). Run from another directory, with a clean copy of nothing:
+    what it would have created (checkpoints, runs, data) does not appear."""
+    import subprocess
+
+    before = {name: sorted(os.listdir(os.path.join(REPO, name))) for name in ("checkpoints", "runs", "data-bin")
+              if os.path.isdir(os.path.join(REPO, name))}
+    shown = subprocess.run([os.path.join(REPO, script), "--help"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0 and script.split("/")[-1] in shown.stdout + " ".join(SCRIPTS) and shown.stdout.strip()
+    assert "== " not in shown.stdout and "prepared" not in shown.stdout  # no preset step began
+    if script.startswith("examples/") and not script.endswith(("run.sh", "compare.sh")) or script == "examples/synthetic/run.sh":
+        refused = subprocess.run([os.path.join(REPO, script), "now"], cwd=tmp_path, capture_output=True, text=True)
+        assert refused.returncode == 2 and "takes no arguments" in refused.stderr
+    after = {name: sorted(os.listdir(os.path.join(REPO, name))) for name in before}
+    assert after == before and os.listdir(tmp_path) == []
