@@ -5,7 +5,7 @@ setup(
     version="0.1.0",
     description="ALiBi (Train Short, Test Long) as a fairseq plugin",
     packages=["fairseq_alibi"],
-    python_requires=">=3.8",
+    python_requires=">=3.10",  # torch 2.13.0, the pinned CPU wheel, has none older
     install_requires=[
         # torch 2.13.0 is what CI and the README install first; any torch 2.x that fairseq accepts works.
         "torch>=2.1",

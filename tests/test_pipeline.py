@@ -379,13 +379,14 @@ def test_readme_hub_example_runs_from_another_directory(toy_checkpoint, wt2_slic
     """The README's Python example (load, score raw text, sample and greedy generation past L),
     with its paths pointed at the toy model, run outside the repository."""
     code = readme_block("Load a trained model from Python")
-    code = code.replace("checkpoints/wikitext2/alibi-L64", os.path.dirname(toy_checkpoint))
-    code = code.replace("data-bin/wikitext-2", wt2_slice)
+    code = code.replace('"checkpoints/main/alibi-L64-s1"', repr(os.path.dirname(toy_checkpoint)))
+    code = code.replace('"data-bin/wikitext-2"', repr(wt2_slice))  # absolute: os.path.join keeps them
     (tmp_path / "example.py").write_text(code)
     printed = run(["python", tmp_path / "example.py"], cwd=tmp_path)
     assert "perplexity of the sentence:" in printed and "continuation:" in printed
     tokens = int(re.search(r"generated (\d+) tokens", printed).group(1))
-    assert tokens > 32  # past the training length L=32
+    promised = int(re.search(r"a greedy one of (\d+) tokens", open(os.path.join(REPO, "README.md")).read()).group(1))
+    assert tokens == promised  # past the toy's training length L=32, as the README's past 64
 
 
 def test_plugin_tools_work_from_any_directory(toy_checkpoint, wt2_slice, tmp_path):
