@@ -59,6 +59,10 @@ esac
 # Processes in this job: the launcher's world size, else one per GPU on this node.
 node_gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 world=${WORLD_SIZE:-${SLURM_NTASKS:-$node_gpus}}
+case $world in ''|*[!0-9]*) fail "WORLD_SIZE / SLURM_NTASKS must be a whole number of processes, got '$world'" ;; esac
+if [ "$node_gpus" -eq 0 ] && [ "$world" -gt 1 ]; then
+  fail "WORLD_SIZE / SLURM_NTASKS asks for $world processes, but this machine has no GPU: fairseq's distributed training needs one GPU per process; unset it to train on CPU (one process)"
+fi
 # fairseq starts its distributed set-up (env:// under torchrun, SLURM's variables under srun)
 # only when told the world size, and SLURM also needs a port.
 launcher=()

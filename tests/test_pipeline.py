@@ -322,21 +322,25 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
     ("scaling_in_training", "--alibi-scaling is for evaluation"),
     ("fp16_on_cpu", "--fp16 needs a GPU and none was found"),
     ("small_vocabulary", "adaptive cutoffs 2000,10000 need at least 10000 words"),
+    ("world_size_without_gpus", "asks for 2 processes, but this machine has no GPU"),
 ])
 def test_train_script_bad_input_is_one_line(case, message, wt2_slice, tmp_path):
+    if case == "world_size_without_gpus" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
     data, length, flags = wt2_slice, "32", []
+    env = dict(os.environ, WORLD_SIZE="2") if case == "world_size_without_gpus" else None
     if case.startswith("length"):
         length = case.split("_")[1]
     elif case == "scaling_in_training":
         flags = ["--alibi-scaling", "ntk"]
     elif case == "fp16_on_cpu":
         flags = ["--fp16"]
-    else:
+    elif case != "world_size_without_gpus":
         data = tmp_path / "tiny"
         data.mkdir()
         (data / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(500)))
     proc = subprocess.run(["scripts/train.sh", "alibi", length, data, tmp_path / "save", "small", "--", *flags],
-                          cwd=REPO, capture_output=True, text=True)
+                          cwd=REPO, capture_output=True, text=True, env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert message in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "save").exists()
