@@ -22,7 +22,7 @@
 set -euo pipefail
 
 usage='usage: scripts/eval.sh CHECKPOINT DATA OUT.jsonl "L_VALID..." ["STRIDE..."] [-- flags]'
-case ${1:-} in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
+case ${1:-} in -h|--help) source "$(dirname "$0")/usage.sh"; script_help "$0"; exit 0 ;; esac
 [ $# -ge 4 ] || { echo "$usage" >&2; exit 2; }
 checkpoint=$1; data=$2; out=$3; lengths=$4
 shift 4

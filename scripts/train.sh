@@ -22,7 +22,7 @@ names = runpy.run_path(sys.argv[1])
 print(*names["CAUSAL_METHODS"]); print(*(flag for flags in names["INFERENCE_ONLY"].values() for flag in flags))
 ' "$(dirname "$0")/../fairseq_alibi/methods.py")
 usage="usage: scripts/train.sh $(IFS='|'; echo "${methods[*]}")|sinusoidal L DATA SAVE_DIR [wiki103|small] [-- flags]"
-case ${1:-} in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; echo "$usage"; exit 0 ;; esac
+case ${1:-} in -h|--help) source "$(dirname "$0")/usage.sh"; script_help "$0"; echo "$usage"; exit 0 ;; esac
 [ $# -ge 4 ] || { echo "$usage" >&2; exit 2; }
 method=$1; length=$2; data=$3; save_dir=$4
 shift 4

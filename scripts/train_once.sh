@@ -11,7 +11,7 @@
 # Used by the presets whose models scripts/train.sh does not know (masked LMs, encoder-decoders).
 set -euo pipefail
 usage="usage: scripts/train_once.sh SAVE_DIR NAME -- fairseq-train ..."
-case ${1:-} in -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;; esac
+case ${1:-} in -h|--help) source "$(dirname "$0")/usage.sh"; script_help "$0"; exit 0 ;; esac
 [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
 save=$1; name=$2
 shift 2

@@ -13,7 +13,7 @@
 #   (default data-bin/synthetic: the generated text and its binarized form)
 # A finished run is evaluated again, not retrained; an interrupted one resumes.
 set -euo pipefail
-source "$(dirname "$0")/../usage.sh"
+source "$(dirname "$0")/../../scripts/usage.sh"
 preset_usage "$0" "$@"
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1

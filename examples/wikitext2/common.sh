@@ -4,7 +4,7 @@
 #             ../shared/data/wikitext-2 if present, else the download mirror); or DATA, an
 #             already binarized data directory.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../usage.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/usage.sh"
 preset_usage "$0" "$@"
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 export PYTHONUNBUFFERED=1  # show fairseq's progress as it happens

@@ -5,7 +5,7 @@
 # with the paper's padding insertion, and the dense encoders of the same size, BiALiBi and
 # sinusoidal. Checkpoints are shared with mlm.sh (a model it trained is evaluated, not retrained).
 # Environment: as mlm.sh's (VARIANTS, LITTLEBIRD_BLOCK, LITTLEBIRD_PACK, UPDATES, L, ...).
-source "$(dirname "$0")/../usage.sh"
+source "$(dirname "$0")/../../scripts/usage.sh"
 preset_usage "$0" "$@"
 export VARIANTS=${VARIANTS:-"littlebird littlebird_padding bialibi sinusoidal"}
 export OUT=${OUT:-runs/wikitext2-littlebird}
