@@ -19,12 +19,25 @@ def build_model(arch, vocab_size, flags=(), task="language_modeling"):
     return models.build_model(cfg.model, task), dictionary
 
 
-def load_checkpoint(path, data):
+def load_checkpoint(path, data, kind=None):
     """(model in eval mode, cfg, task) of a fairseq checkpoint, its task's data at `data`; a file
-    that is not one stops with one line naming it (the evaluation scripts)."""
+    that is not one, or (kind: a recipes.KINDS value) one of another kind, stops with one line
+    naming it and the tool that takes it (the evaluation scripts)."""
     import pickle
 
+    import torch
     from fairseq import checkpoint_utils
+
+    from .recipes import wrong_kind
+
+    if kind:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+            other = wrong_kind(state, path, kind) if isinstance(state, dict) else f"{path} is not a fairseq checkpoint"
+        except Exception as error:  # noqa: BLE001  (unpickling errors have many types)
+            other = f"{path} is not a fairseq checkpoint ({type(error).__name__})"
+        if other:
+            raise SystemExit(f"error: {other}")
 
     try:
         (model,), cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})

@@ -26,6 +26,7 @@ from fairseq.dataclass import FairseqDataclass
 
 from . import dictionaries
 from .base import ConfigError
+from .recipes import wrong_kind
 from .distillation import cross_entropy_terms, distillation_terms
 
 
@@ -54,6 +55,9 @@ def load_teacher(path: str, task):
         state = checkpoint_utils.load_checkpoint_to_cpu(path)
     except Exception as e:  # noqa: BLE001  (unpickling errors have many types)
         raise ConfigError(f"--teacher-path {path} is not a fairseq checkpoint ({type(e).__name__})")
+    other = wrong_kind(state, path, "causal LM")  # the teacher gives next-token distributions
+    if other:
+        raise ConfigError(f"--teacher-path {other}")
     try:
         models, _ = checkpoint_utils.load_model_ensemble([path], task=task, state=state)
     except RuntimeError as e:  # size mismatches while loading the weights

@@ -65,6 +65,34 @@ def checkpoint_summary(path):
             state["optimizer_history"][-1]["num_updates"])
 
 
+# What a checkpoint is, from its task, and the tool that scores each kind.
+KINDS = {"language_modeling": "causal LM", "masked_lm": "masked LM", "translation": "encoder-decoder"}
+SCORED_BY = {"causal LM": "scripts/eval.sh (or fairseq-alibi-eval-lm)", "masked LM": "scripts/eval_mlm.py",
+             "encoder-decoder": "examples/synthetic/exact_match.py"}
+
+
+def checkpoint_kind(state):
+    """"causal LM", "masked LM", "encoder-decoder", or the task's own name, of a loaded checkpoint."""
+    cfg = state.get("cfg") or {"task": state.get("args")}
+    task = cfg.get("task") if hasattr(cfg, "get") else None
+    name = (task.get("_name") if hasattr(task, "get") else None) or getattr(task, "task", None) or getattr(task, "_name", None)
+    return KINDS.get(name, name or "unknown")
+
+
+def wrong_kind(state, path, wanted):
+    """None if the checkpoint is a `wanted` (a KINDS value), else one line naming what it is and
+    which tool takes it."""
+    if not isinstance(state, dict):
+        return f"{path} is not a fairseq checkpoint"
+    kind = checkpoint_kind(state)
+    if kind == wanted:
+        return None
+    tool = f": score it with {SCORED_BY[kind]}" if kind in SCORED_BY else ""
+    def a(word):
+        return f"an {word}" if word[0] in "aeiou" else f"a {word}"
+    return f"{path} is {a(kind)} checkpoint, not {a(wanted)}{tool}"
+
+
 class RunConflict(ValueError):
     """SAVE_DIR holds something other than the run asked for."""
 

@@ -67,10 +67,17 @@ done
 python3 "$here/fairseq_alibi/dictionaries.py" check "$checkpoint" "$data" || exit 1
 
 # What was trained: model name and training length, read from the checkpoint's own config.
-info=$(python3 - "$checkpoint" "$user_overrides" <<'EOF'
-import ast, difflib, sys, torch
+info=$(python3 - "$checkpoint" "$user_overrides" "$here/fairseq_alibi/recipes.py" <<'EOF'
+import ast, difflib, runpy, sys, torch
 try:
     state = torch.load(sys.argv[1], map_location="cpu", weights_only=False, mmap=True)
+    assert isinstance(state, dict) and ("cfg" in state or "args" in state)
+except Exception:
+    sys.exit(f"error: {sys.argv[1]} is not a fairseq checkpoint")
+other = runpy.run_path(sys.argv[3])["wrong_kind"](state, sys.argv[1], "causal LM")  # a masked LM, a translation model
+if other:
+    sys.exit(f"error: {other}")
+try:
     cfg, history = state["cfg"], state.get("optimizer_history") or [{}]
     model = cfg["model"]
 except Exception:

@@ -60,9 +60,7 @@ def main():
     from fairseq.data import data_utils
     from fairseq_alibi.build import load_checkpoint
 
-    model, cfg, task = load_checkpoint(args.checkpoint, args.data)
-    if cfg.task._name != "masked_lm":
-        fail(f"{args.checkpoint} was trained for task {cfg.task._name}, not masked_lm: use scripts/eval.sh for LMs")
+    model, cfg, task = load_checkpoint(args.checkpoint, args.data, kind="masked LM")
     dictionary = task.source_dictionary
 
     # The split as one stream of tokens (each line ends with </s>, as fairseq's blocks see it).

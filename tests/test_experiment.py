@@ -223,3 +223,41 @@ def test_every_script_answers_help_and_starts_nothing(script, tmp_path):
         assert refused.returncode == 2 and "takes no arguments" in refused.stderr
     after = {name: sorted(os.listdir(os.path.join(REPO, name))) for name in before}
     assert after == before and os.listdir(tmp_path) == []
+
+
+def test_each_tool_refuses_a_checkpoint_of_another_kind_naming_the_tool_that_takes_it(tmp_path, monkeypatch):
+    """A masked LM or a translation model (argparse-era configs) given to the causal LM's scorers,
+    and a causal LM to the others' (build.load_checkpoint's kind): one line, which kind, which tool."""
+    import argparse
+    import subprocess
+
+    from fairseq_alibi import cli
+
+    def fake(name, task, cfg_form):
+        path = tmp_path / f"{name}.pt"
+        if cfg_form:
+            state = {"cfg": {"model": {"_name": "alibi_transformer_lm_small"}, "task": {"_name": task}}}
+        else:
+            state = {"args": argparse.Namespace(task=task, arch=name), "cfg": None}
+        torch.save({**state, "optimizer_history": [{"num_updates": 1}], "model": {}}, path)
+        return path
+
+    masked, translation, causal = fake("mlm", "masked_lm", False), fake("mt", "translation", False), fake("lm", "language_modeling", True)
+    wrong_kind = recipes["wrong_kind"]
+    assert wrong_kind(torch.load(causal, weights_only=False), "lm.pt", "causal LM") is None
+    assert wrong_kind(torch.load(masked, weights_only=False), "m.pt", "causal LM") == \
+        "m.pt is a masked LM checkpoint, not a causal LM: score it with scripts/eval_mlm.py"
+    assert "examples/synthetic/exact_match.py" in wrong_kind(torch.load(translation, weights_only=False), "t", "masked LM")
+    assert "scripts/eval.sh" in wrong_kind(torch.load(causal, weights_only=False), "c", "encoder-decoder")
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.txt").write_text("w 1\n")
+    (data / "valid.idx").write_bytes(b"")
+    proc = subprocess.run(["scripts/eval.sh", masked, data, tmp_path / "r.jsonl", "64"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].endswith("score it with scripts/eval_mlm.py")
+    assert not (tmp_path / "r.jsonl").exists()
+    monkeypatch.setattr("sys.argv", ["fairseq-alibi-eval-lm", str(data), "--path", str(translation)])
+    monkeypatch.setattr(cli, "_run", lambda module: pytest.fail("fairseq-eval-lm was started"))
+    with pytest.raises(SystemExit, match="is an encoder-decoder checkpoint, not a causal LM: score it with examples/synthetic/exact_match.py"):
+        cli.eval_lm()

@@ -37,7 +37,7 @@ def main():
     import fairseq_alibi  # noqa: F401  (registers the models)
     from fairseq_alibi.build import load_checkpoint
 
-    model, cfg, task = load_checkpoint(args.checkpoint, args.data)
+    model, cfg, task = load_checkpoint(args.checkpoint, args.data, kind="encoder-decoder")
     cfg.generation.beam = 1
     cfg.generation.max_len_a, cfg.generation.max_len_b = 1.2, 10  # answers are at most n + 1 digits
     generator = task.build_generator([model], cfg.generation)
