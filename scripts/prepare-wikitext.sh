@@ -89,7 +89,12 @@ fi
 while read -r algo file expected; do
   [ -f "$raw/$file" ] || fail "$raw/$file is missing"
   actual=$(${algo}sum "$raw/$file" | cut -d' ' -f1)
-  [ "$actual" = "$expected" ] || fail "$raw/$file has $algo $actual, expected $expected: the file is corrupt or not $name-v1; delete it (and its archive) and rerun"
+  if [ "$actual" != "$expected" ]; then
+    if [ "$raw" = "$source" ]; then  # the user's own directory: never ask them to delete their files
+      fail "$raw/$file has $algo $actual, expected $expected: it is not the tokenized $name-v1 (or is damaged); give SOURCE a directory or archive of the published files"
+    fi
+    fail "$raw/$file has $algo $actual, expected $expected: the copy this script extracted is corrupt or not $name-v1; move $raw (and its archive) away and rerun"
+  fi
 done <<< "$sums"
 echo "checksums of $raw/wiki.{train,valid,test}.tokens verified"
 

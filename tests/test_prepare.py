@@ -122,3 +122,16 @@ def test_the_tests_fetch_wikitext2_as_make_experiment_does(tmp_path, monkeypatch
     found = conftest.find_wikitext2.__wrapped__()
     assert found == str(tmp_path / "raw" / "wikitext-2")
     assert snapshot(found) == {os.path.join(found, name): data for name, data in expected.items()}
+
+
+def test_a_users_directory_that_differs_is_refused_without_asking_to_delete_it(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name in FILES:
+        data = open(os.path.join(find_wikitext2(), name), "rb").read()
+        (mine / name).write_bytes(data.replace(b" the ", b" a ", 1) if name == "wiki.test.tokens" else data)
+    files = snapshot(mine)
+    proc = prepare(tmp_path, mine)
+    message = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "wiki.test.tokens has sha256" in message and "give SOURCE" in message
+    assert "delete" not in message and "move" not in message and snapshot(mine) == files
