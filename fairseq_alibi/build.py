@@ -33,9 +33,9 @@ def load_checkpoint(path, data, kind=None):
     if kind:
         try:
             state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-            other = wrong_kind(state, path, kind) if isinstance(state, dict) else f"{path} is not a fairseq checkpoint"
+            other = wrong_kind(state, path, kind)
         except Exception as error:  # noqa: BLE001  (unpickling errors have many types)
-            other = f"{path} is not a fairseq checkpoint ({type(error).__name__})"
+            other = f"{path} could not be loaded as a fairseq checkpoint ({type(error).__name__})"
         if other:
             raise SystemExit(f"error: {other}")
 

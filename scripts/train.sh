@@ -100,9 +100,18 @@ for ((i = 0; i < ${#model[@]} - 1; i++)); do
   if [ "${model[i]}" = --arch ]; then arch=${model[i + 1]}; fi
 done
 mkdir -p "$save_dir"
-# One trainer per save directory, for the run's lifetime (exec below: fairseq-train holds it).
-exec 9>>"$save_dir/.train.lock"
-flock -n 9 || fail "another training is running on $save_dir (it holds $save_dir/.train.lock): wait for it, or give another SAVE_DIR"
+# One training per save directory, for the run's lifetime (exec below: fairseq-train holds it).
+# A distributed run is one training of several processes: rank 0 holds it for all.
+rank=${RANK:-${SLURM_PROCID:-0}}
+previous=
+for flag in "$@"; do
+  [ "$previous" = --distributed-rank ] && rank=$flag
+  previous=$flag
+done
+if [ "$rank" = 0 ]; then
+  exec 9>>"$save_dir/.train.lock"
+  flock -n 9 || fail "another training is running on $save_dir (it holds $save_dir/.train.lock): wait for it, or give another SAVE_DIR"
+fi
 other_ok=()
 [ "${CONTINUE_RUN:-0}" = 1 ] && other_ok=(--other-ok)
 read -r state done_updates < <(python3 "$here/fairseq_alibi/recipes.py" status "$save_dir" "$arch" "$length" \

@@ -9,7 +9,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Under pytest-xdist (make test: one worker per core), each worker's torch gets its share of the
 # cores: two workers of two threads each on two cores ran the math tests several times slower.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    torch.set_num_threads(share)
+    # And the fairseq processes the end-to-end tests start: each would take every core otherwise.
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(share)
 USER_DIR = os.path.join(REPO, "fairseq_alibi")
 SHARED_WIKITEXT2 = os.path.join(REPO, "..", "shared", "data", "wikitext-2")
 
