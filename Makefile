@@ -10,9 +10,11 @@ experiment: setup
 	python scripts/experiment.py main
 
 # One pytest worker per core (pytest-xdist): most slow tests wait on fairseq's start-up, one core each.
+# Tests go to the workers one at a time, slowest first (tests/conftest.py): xdist's default sends
+# each worker a contiguous chunk of a quarter of the suite, which gave one worker every slow test.
 test: setup
-	python -m pytest -q -n auto tests
+	python -m pytest -q -n auto --maxschedchunk 1 tests
 
 # The edit-test loop: math, models, kernels; no end-to-end runs of fairseq's tools (under 3 minutes).
 test-fast: setup
-	python -m pytest -q -n auto -m "not slow" tests
+	python -m pytest -q -n auto --maxschedchunk 1 -m "not slow" tests
