@@ -92,22 +92,23 @@ fi
 # What a checkpoint already in SAVE_DIR holds: refuse another run, skip a finished one
 # (recipes.run_status: the one definition of a finished run).
 args=("${recipe[@]}" "$@")  # the last --max-update given wins, as in fairseq
-for ((i = 0; i < ${#args[@]} - 1; i++)); do
-  if [ "${args[i]}" = --max-update ]; then max_update=${args[i + 1]}; fi
-done
+flag_value() {  # FLAG ARGS...: the value after the last FLAG in ARGS (the one argparse keeps), or empty
+  local flag=$1 value= previous= arg
+  shift
+  for arg in "$@"; do
+    [ "$previous" = "$flag" ] && value=$arg
+    previous=$arg
+  done
+  echo "$value"
+}
+max_update=$(flag_value --max-update "${args[@]}")
 case $max_update in ''|*[!0-9]*) fail "--max-update must be a non-negative integer, got '$max_update'" ;; esac
-for ((i = 0; i < ${#model[@]} - 1; i++)); do
-  if [ "${model[i]}" = --arch ]; then arch=${model[i + 1]}; fi
-done
+arch=$(flag_value --arch "${model[@]}")
 mkdir -p "$save_dir"
 # One training per save directory, for the run's lifetime (exec below: fairseq-train holds it).
 # A distributed run is one training of several processes: rank 0 holds it for all.
-rank=${RANK:-${SLURM_PROCID:-0}}
-previous=
-for flag in "$@"; do
-  [ "$previous" = --distributed-rank ] && rank=$flag
-  previous=$flag
-done
+rank=$(flag_value --distributed-rank "$@")
+rank=${rank:-${RANK:-${SLURM_PROCID:-0}}}
 if [ "$rank" = 0 ]; then
   exec 9>>"$save_dir/.train.lock"
   flock -n 9 || fail "another training is running on $save_dir (it holds $save_dir/.train.lock): wait for it, or give another SAVE_DIR"
@@ -122,17 +123,15 @@ if [ "$state" = finished ]; then
   exit 0
 fi
 
-# The small preset's learning rate reaches 0 at the run's last update (unless told otherwise).
 # The data's dictionary kept beside the checkpoints (fairseq's do not hold theirs): scoring or
 # fine-tuning on another corpus's dictionary is then refused (fairseq_alibi/dictionaries.py).
 python3 "$here/fairseq_alibi/dictionaries.py" keep "$data" "$save_dir" || exit 1
-previous=
-for flag in "$@"; do
-  if [ "$previous" = --finetune-from-model ]; then
-    python3 "$here/fairseq_alibi/dictionaries.py" check "$flag" "$data" || exit 1
-  fi
-  previous=$flag
-done
+finetune_from=$(flag_value --finetune-from-model "$@")
+if [ -n "$finetune_from" ]; then
+  python3 "$here/fairseq_alibi/dictionaries.py" check "$finetune_from" "$data" || exit 1
+fi
+
+# The small preset's learning rate reaches 0 at the run's last update (unless told otherwise).
 schedule=()
 if [ "$preset" = small ] && [[ " $* " != *" --total-num-update "* ]]; then
   schedule=(--total-num-update "$max_update")
