@@ -9,7 +9,9 @@
 # TensorBoard logs go to SAVE_DIR/tensorboard (view: tensorboard --logdir SAVE_DIR/tensorboard).
 # Rerunning the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's own resume); a
 # finished run (its --max-update reached) is left as it is. A SAVE_DIR holding another run (another
-# architecture or L) is refused; CONTINUE_RUN=1 continues it anyway.
+# architecture or L) is refused; CONTINUE_RUN=1 continues it anyway. One training per SAVE_DIR at a
+# time (SAVE_DIR/.train.lock); DATA's dict.txt is kept in SAVE_DIR, and a fine-tune
+# (--finetune-from-model) from a checkpoint of another dictionary is refused.
 # Multi-GPU on one node: just run it (fairseq spawns one process per GPU). Multi-node: run it
 # under SLURM's srun or torchrun, which set SLURM_NTASKS / WORLD_SIZE.
 set -euo pipefail
