@@ -50,16 +50,23 @@ def last_value(flags, name, default=None):
     return values[-1] if values else default
 
 
+def field(section, name):
+    """A config field of a dict section, or of an argparse.Namespace (RoBERTa's, the translation model's)."""
+    return section.get(name) if hasattr(section, "get") else getattr(section, name, None)
+
+
+def model_and_task(state):
+    """The model and task sections of a loaded checkpoint's config, of either form."""
+    cfg = state.get("cfg") or {"model": state.get("args"), "task": state.get("args")}
+    return cfg["model"], cfg["task"]
+
+
 def checkpoint_summary(path):
     """(architecture, training length, updates done) of a fairseq checkpoint."""
     import torch
 
-    def field(section, name):  # a dict, or an argparse.Namespace (RoBERTa's, the translation model's)
-        return section.get(name) if hasattr(section, "get") else getattr(section, name, None)
-
     state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    cfg = state.get("cfg") or {"model": state.get("args"), "task": state.get("args")}
-    model, task = cfg["model"], cfg["task"]
+    model, task = model_and_task(state)
     # _name is the --arch given (arch itself only in argparse-era configs)
     return (field(model, "arch") or field(model, "_name"), field(task, "tokens_per_sample"),
             state["optimizer_history"][-1]["num_updates"])
@@ -73,9 +80,8 @@ SCORED_BY = {"causal LM": "scripts/eval.sh (or fairseq-alibi-eval-lm)", "masked 
 
 def checkpoint_kind(state):
     """"causal LM", "masked LM", "encoder-decoder", or the task's own name, of a loaded checkpoint."""
-    cfg = state.get("cfg") or {"task": state.get("args")}
-    task = cfg.get("task") if hasattr(cfg, "get") else None
-    name = (task.get("_name") if hasattr(task, "get") else None) or getattr(task, "task", None) or getattr(task, "_name", None)
+    _, task = model_and_task(state)
+    name = field(task, "_name") or field(task, "task")  # argparse-era configs: the task's name in .task
     return KINDS.get(name, name or "unknown")
 
 
