@@ -14,6 +14,9 @@ setup(
         "fairseq>=0.12.2,<0.13; python_version < '3.11'",
         "matplotlib",
         "tensorboard",  # scripts/train.sh logs there by default
+        # fairseq's speech tasks look for it on every import and print "Please install tensorboardX"
+        # without it, on every start of every tool.
+        "tensorboardX",
         "sacremoses",  # raw text in and out of the hub interface (tokenizer="moses")
     ],
     # pytest-xdist: make test runs the suite on every core.

@@ -397,6 +397,7 @@ def test_plugin_tools_work_from_any_directory(toy_checkpoint, wt2_slice, tmp_pat
     log = run(["fairseq-alibi-eval-lm", wt2_slice, "--path", toy_checkpoint, "--tokens-per-sample", "64",
                "--num-workers", "0"], cwd=tmp_path)
     assert "Perplexity: " in log
+    assert "Please install tensorboardX" not in log  # fairseq's speech tasks ask at every start without it
     # Stock fairseq with the README's relative --user-dir works from the repository root only.
     proc = subprocess.run(["fairseq-eval-lm", wt2_slice, "--user-dir", "fairseq_alibi", "--path", toy_checkpoint],
                           cwd=tmp_path, capture_output=True, text=True)
