@@ -4,9 +4,10 @@ neither copies them. Plain Python (torch only to read a checkpoint), no import o
 which would load fairseq.
 
     python3 fairseq_alibi/recipes.py flags PRESET L WORKERS   the recipe's fairseq-train flags, NUL-separated
-    python3 fairseq_alibi/recipes.py status SAVE_DIR ARCH L MAX_UPDATE [--other-ok]
-                         (ARCH and L are not checked with --other-ok: scripts/train_once.sh passes - -)
+    python3 fairseq_alibi/recipes.py status SAVE_DIR ARCH L MAX_UPDATE [--other-ok] [-- FLAGS...]
+                         (ARCH and L "-": not checked, scripts/train_once.sh's; --other-ok: nothing checked)
                                          'new|resume|finished UPDATES_DONE', or one line of error (exit 1)
+    python3 fairseq_alibi/recipes.py record SAVE_DIR -- FLAGS...   what a new run was started with
 """
 import sys
 
@@ -103,10 +104,76 @@ class RunConflict(ValueError):
     """SAVE_DIR holds something other than the run asked for."""
 
 
-def run_status(save_dir, arch, length, max_update, other_ok=False):
+# What a run was started with (its fairseq-train flags), kept beside its checkpoints, so that a rerun
+# with another recipe (more updates, another learning rate or task flag) is refused instead of
+# resuming into a model that is neither, or of being called "already trained".
+RUN_FLAGS = "train_flags.json"
+# Flags that say where a run writes or how it is run, not what it learns: a rerun may change them.
+BOOKKEEPING = {"--save-dir", "--tensorboard-logdir", "--user-dir", "--num-workers", "--log-interval",
+               "--log-format", "--log-file", "--no-progress-bar", "--save-interval-updates", "--keep-interval-updates", "--no-epoch-checkpoints",
+               "--cpu", "--distributed-world-size", "--distributed-port", "--distributed-rank",
+               "--validate-interval-updates", "--disable-validation"}
+
+
+def flag_values(flags):
+    """{flag: the value the run gets} of a fairseq-train argument list: a flag's last value wins (as in
+    argparse), a switch is "", positional arguments (the data directory, the program) are left out."""
+    values, flag = {}, None
+    for arg in flags:
+        if arg.startswith("--"):
+            flag, _, value = arg.partition("=")
+            values[flag] = value
+            flag = None if value else flag  # --flag=value takes no more words
+        elif flag is not None:
+            values[flag] = f"{values[flag]} {arg}".lstrip()  # nargs="+": all its words
+    return {flag: value for flag, value in values.items() if flag not in BOOKKEEPING}
+
+
+def record_flags(save_dir, flags):
+    """Keep what a new run is started with (written whole or not at all)."""
+    import json
+    import os
+
+    path = os.path.join(save_dir, RUN_FLAGS)
+    with open(path + ".part", "w") as f:
+        json.dump(flag_values(flags), f, indent=0, sort_keys=True)
+    os.replace(path + ".part", path)
+
+
+def other_flags(save_dir, last, max_update, flags):
+    """None if the run in save_dir was started with these flags, else what differs, for a message.
+    A run from before RUN_FLAGS was kept is compared on its --max-update only (its checkpoint's)."""
+    import json
+    import os
+
+    path = os.path.join(save_dir, RUN_FLAGS)
+    if os.path.isfile(path):
+        with open(path) as f:
+            was = json.load(f)
+        now = flag_values(flags)
+    else:
+        import torch
+
+        state = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
+        cfg = state.get("cfg") or {}
+        section = cfg.get("optimization") or cfg.get("model") or state.get("args")  # argparse era: all in one
+        then = field(section, "max_update") if section is not None else None
+        if then in (None, max_update):
+            return None
+        was, now = {"--max-update": str(then)}, {"--max-update": str(max_update)}
+    def said(value):
+        return "not given" if value is None else "given" if value == "" else value
+
+    differ = [f"{flag} {said(was.get(flag))} then, {said(now.get(flag))} now"
+              for flag in sorted(set(was) | set(now)) if was.get(flag) != now.get(flag)]
+    return "; ".join(differ) or None
+
+
+def run_status(save_dir, arch, length, max_update, other_ok=False, flags=None):
     """("new" | "resume" | "finished", updates done): a run is finished when its checkpoint_last.pt
-    has reached max_update updates. Raises RunConflict (one line) for an unreadable checkpoint, or one of
-    another architecture or length unless other_ok."""
+    has reached max_update updates. Raises RunConflict (one line) for an unreadable checkpoint, and,
+    unless other_ok, for one of another architecture or length (arch None: not checked) or a run
+    started with other flags than `flags` (None: not checked)."""
     import os
 
     last = os.path.join(save_dir, "checkpoint_last.pt")
@@ -116,9 +183,14 @@ def run_status(save_dir, arch, length, max_update, other_ok=False):
         done_arch, done_length, done_updates = checkpoint_summary(last)
     except Exception:  # noqa: BLE001  (whatever torch or a truncated file raises)
         raise RunConflict(f"{last} is unreadable: move it away or choose another SAVE_DIR") from None
-    if (done_arch, done_length) != (arch, length) and not other_ok:
+    if other_ok:
+        pass
+    elif arch is not None and (done_arch, done_length) != (arch, length):
         raise RunConflict(f"{save_dir} holds another run ({done_arch} at L={done_length}, {done_updates} updates), "
                           f"not {arch} at L={length}: choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one")
+    elif flags is not None and (differ := other_flags(save_dir, last, max_update, flags)):
+        raise RunConflict(f"{save_dir} holds a run ({done_updates} updates) started with other flags ({differ}): "
+                          "choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one with these")
     return ("finished" if done_updates >= max_update else "resume"), done_updates
 
 
@@ -133,13 +205,18 @@ def main(argv):
         sys.stdout.write("\0".join(flags) + "\0")
     elif command == "status":
         save_dir, arch, length, max_update, *rest = args
+        flags = rest[rest.index("--") + 1 :] if "--" in rest else None
+        known = arch != "-"
         try:
-            other_ok = "--other-ok" in rest
-            print(*run_status(save_dir, arch, None if other_ok else int(length), int(max_update), other_ok))
+            print(*run_status(save_dir, arch if known else None, int(length) if known else None, int(max_update),
+                              "--other-ok" in rest, flags))
         except RunConflict as e:
             sys.exit(f"error: {e}")
+    elif command == "record":
+        save_dir, _, *flags = args
+        record_flags(save_dir, flags)
     else:
-        sys.exit(f"error: unknown command {command!r}: flags or status")
+        sys.exit(f"error: unknown command {command!r}: flags, status or record")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@
 # TensorBoard logs go to SAVE_DIR/tensorboard (view: tensorboard --logdir SAVE_DIR/tensorboard).
 # Rerunning the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's own resume); a
 # finished run (its --max-update reached) is left as it is. A SAVE_DIR holding another run (another
-# architecture or L) is refused; CONTINUE_RUN=1 continues it anyway. One training per SAVE_DIR at a
+# architecture or L, or started with other flags: SAVE_DIR/train_flags.json) is refused;
+# CONTINUE_RUN=1 continues it anyway. One training per SAVE_DIR at a
 # time (SAVE_DIR/.train.lock); DATA's dict.txt is kept in SAVE_DIR, and a fine-tune
 # (--finetune-from-model) from a checkpoint of another dictionary is refused.
 # Multi-GPU on one node: just run it (fairseq spawns one process per GPU). Multi-node: run it
@@ -115,10 +116,16 @@ if [ "$rank" = 0 ]; then
   exec 9>>"$save_dir/.train.lock"
   flock -n 9 || fail "another training is running on $save_dir (it holds $save_dir/.train.lock): wait for it, or give another SAVE_DIR"
 fi
+# The small preset's learning rate reaches 0 at the run's last update (unless told otherwise).
+schedule=()
+if [ "$preset" = small ] && [[ " $* " != *" --total-num-update "* ]]; then
+  schedule=(--total-num-update "$max_update")
+fi
+run_flags=("${model[@]}" "${recipe[@]}" "$@" "${schedule[@]}")  # what the run learns with (recipes.RUN_FLAGS)
 other_ok=()
 [ "${CONTINUE_RUN:-0}" = 1 ] && other_ok=(--other-ok)
 read -r state done_updates < <(python3 "$here/fairseq_alibi/recipes.py" status "$save_dir" "$arch" "$length" \
-  "$max_update" "${other_ok[@]}" || echo failed)
+  "$max_update" "${other_ok[@]}" -- "${run_flags[@]}" || echo failed)
 [ "$state" != failed ] || exit 1
 if [ "$state" = finished ]; then
   echo "$save_dir is already trained ($done_updates updates, --max-update $max_update): nothing to do"
@@ -128,15 +135,12 @@ fi
 # The data's dictionary kept beside the checkpoints (fairseq's do not hold theirs): scoring or
 # fine-tuning on another corpus's dictionary is then refused (fairseq_alibi/dictionaries.py).
 python3 "$here/fairseq_alibi/dictionaries.py" keep "$data" "$save_dir" || exit 1
+if [ "$state" = new ] && [ "$rank" = 0 ]; then
+  python3 "$here/fairseq_alibi/recipes.py" record "$save_dir" -- "${run_flags[@]}"
+fi
 finetune_from=$(flag_value --finetune-from-model "$@")
 if [ -n "$finetune_from" ]; then
   python3 "$here/fairseq_alibi/dictionaries.py" check "$finetune_from" "$data" || exit 1
-fi
-
-# The small preset's learning rate reaches 0 at the run's last update (unless told otherwise).
-schedule=()
-if [ "$preset" = small ] && [[ " $* " != *" --total-num-update "* ]]; then
-  schedule=(--total-num-update "$max_update")
 fi
 
 exec fairseq-train "$data" --task language_modeling --save-dir "$save_dir" "${model[@]}" \

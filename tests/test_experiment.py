@@ -2,6 +2,7 @@
 declarations (scripts/experiment.py), and the seed statistics of the tables (scripts/results.py)."""
 import json
 import os
+import re
 import runpy
 import statistics
 
@@ -35,6 +36,37 @@ def test_a_run_is_finished_when_its_last_checkpoint_reached_max_update(tmp_path)
     (tmp_path / "bad" / "checkpoint_last.pt").write_bytes(b"truncated")
     with pytest.raises(recipes["RunConflict"], match="is unreadable: move it away"):
         status(tmp_path / "bad", "alibi_transformer_lm_small", 64, 40)
+
+
+def test_a_run_started_with_other_flags_is_refused_not_resumed_nor_called_finished(tmp_path):
+    """The flags a run was started with are kept (recipes.RUN_FLAGS); a rerun with another recipe
+    (more or fewer updates, another learning rate) is refused, where bookkeeping flags may change."""
+    status, conflict = recipes["run_status"], recipes["RunConflict"]
+    flags = ["--arch", "alibi_transformer_lm_small", "--max-update", "40", "--lr", "0.003", "--adam-betas", "(0.9,0.98)",
+             "--num-workers", "0", "--adaptive-input-cutoff", "20,40"]
+    fake_checkpoint(tmp_path / "run" / "checkpoint_last.pt", updates=40)
+    recipes["record_flags"](tmp_path / "run", flags)
+    arch = ("alibi_transformer_lm_small", 64)
+    assert status(tmp_path / "run", *arch, 40, flags=flags) == ("finished", 40)
+    moved = [f if f != "0" else "2" for f in flags] + ["--save-dir", "elsewhere", "--no-progress-bar"]
+    assert status(tmp_path / "run", *arch, 40, flags=moved) == ("finished", 40)
+    assert status(tmp_path / "run", *arch, 40, flags=[*flags, "--lr", "0.003"]) == ("finished", 40)  # last wins
+    for other, differ in ((["--max-update", "50"], "--max-update 40 then, 50 now"),
+                          (["--lr", "0.001"], "--lr 0.003 then, 0.001 now"),
+                          (["--fp16"], "--fp16 not given then, given now")):
+        with pytest.raises(conflict, match=re.escape(f"started with other flags ({differ}): choose another SAVE_DIR")):
+            status(tmp_path / "run", *arch, int(recipes["last_value"]([*flags, *other], "--max-update")),
+                   flags=[*flags, *other])
+    assert status(tmp_path / "run", *arch, 50, other_ok=True, flags=[*flags, "--max-update", "50"]) == ("resume", 40)
+    # A run from before the flags were kept: its checkpoint's own --max-update.
+    torch.save({"cfg": {"model": {"_name": arch[0]}, "task": {"tokens_per_sample": 64},
+                        "optimization": {"max_update": 1400}}, "optimizer_history": [{"num_updates": 700}]},
+               tmp_path / "old.pt")
+    (tmp_path / "old").mkdir()
+    os.replace(tmp_path / "old.pt", tmp_path / "old" / "checkpoint_last.pt")
+    assert status(tmp_path / "old", *arch, 1400, flags=["--lr", "1"]) == ("resume", 700)
+    with pytest.raises(conflict, match="--max-update 1400 then, 2000 now"):
+        status(tmp_path / "old", *arch, 2000, flags=["--max-update", "2000"])
 
 
 def test_recipes_are_written_once_and_read_by_train_sh():
@@ -113,6 +145,16 @@ def test_train_once_reads_finished_from_the_checkpoint_of_any_model_not_from_a_l
     assert more.returncode == 1 and "training the masked LM failed" in more.stderr
     bare = subprocess.run(command[:-1], cwd=REPO, capture_output=True, text=True)
     assert bare.returncode == 1 and "needs --max-update N" in bare.stderr
+    # A new run's flags are kept; a rerun with others is refused before anything runs.
+    fresh = tmp_path / "fresh"
+    started = subprocess.run(["scripts/train_once.sh", fresh, "the masked LM", "--", "true", "--max-update", "5",
+                              "--lr", "1"], cwd=REPO, capture_output=True, text=True)
+    assert started.returncode == 0 and json.loads((fresh / "train_flags.json").read_text()) == {
+        "--max-update": "5", "--lr": "1"}
+    fake_checkpoint(fresh / "checkpoint_last.pt", updates=3)
+    other = subprocess.run(["scripts/train_once.sh", fresh, "the masked LM", "--", "false", "--max-update", "5",
+                            "--lr", "2"], cwd=REPO, capture_output=True, text=True)
+    assert other.returncode == 1 and "started with other flags (--lr 1 then, 2 now)" in other.stderr
 
 
 def test_the_documents_experiment_scores_every_model_with_its_articles_apart_and_packed():

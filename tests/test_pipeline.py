@@ -258,6 +258,11 @@ def test_train_script_never_retrains_a_finished_run_nor_takes_over_another(toy_c
         proc = subprocess.run(["scripts/train.sh", *other, *same[3:]], cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 1 and "Traceback" not in proc.stderr
         assert "holds another run (alibi_transformer_lm_small at L=32, 30 updates)" in proc.stderr
+    # Another recipe for the same run: not resumed into a model of neither recipe, not called finished.
+    for changed in ("40", "20"):
+        proc = subprocess.run([*same[:8], changed, *same[9:]], cwd=REPO, capture_output=True, text=True)
+        assert proc.returncode == 1 and f"started with other flags (--max-update 30 then, {changed} now; " \
+            f"--total-num-update 30 then, {changed} now)" in proc.stderr, proc.stderr
     assert snapshot(save) == files
     proc = subprocess.run(["scripts/train.sh", "alibi", "64", *same[3:]], cwd=REPO, capture_output=True,
                           text=True, env=dict(os.environ, CONTINUE_RUN="1"))
