@@ -11,6 +11,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The package's definition of commit and machine (read without importing the package).
 _provenance = runpy.run_path(os.path.join(HERE, "..", "fairseq_alibi", "provenance.py"))
 machine, commit = _provenance["machine"], _provenance["commit"]
+written_whole = runpy.run_path(os.path.join(HERE, "..", "fairseq_alibi", "files.py"))["written_whole"]
 
 
 def header(details, device="cpu"):
@@ -27,8 +28,8 @@ def emit(text, out, rows=None):
     """Print the table; with --out, write it there (and rows, if any, as JSON beside it)."""
     print(text)
     if out:
-        with open(out, "w") as f:
+        with written_whole(out) as partial, open(partial, "w") as f:
             f.write(text)
         if rows is not None:
-            with open(os.path.splitext(out)[0] + ".json", "w") as f:
+            with written_whole(os.path.splitext(out)[0] + ".json") as partial, open(partial, "w") as f:
                 json.dump(rows, f, indent=1)

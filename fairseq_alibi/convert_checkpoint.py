@@ -27,6 +27,7 @@ import torch
 from .alibi_lm import AlibiTransformerLanguageModelConfig
 from . import dictionaries
 from .base import ConfigError
+from .files import written_whole
 
 logger = logging.getLogger(__name__)
 
@@ -123,13 +124,10 @@ def main(argv=None):
     if not isinstance(state, dict):
         raise ConfigError(f"{args.source} is not a fairseq checkpoint (a {type(state).__name__})")
     converted = convert_state(state, replace_positions=args.replace_positions, name=args.source)
-    partial = f"{args.target}.part"  # a failed write (a full disk) leaves no truncated checkpoint
-    try:
-        torch.save(converted, partial)
-        os.replace(partial, args.target)
+    try:  # a failed write (a full disk) leaves no truncated checkpoint
+        with written_whole(args.target) as partial:
+            torch.save(converted, partial)
     except OSError as e:
-        if os.path.exists(partial):
-            os.remove(partial)
         raise ConfigError(f"could not write {args.target} ({e.strerror}): nothing was written")
     kept = dictionaries.checkpoint_dictionary(args.source)
     if kept:  # the converted model reads the same words: its dictionary goes beside it too

@@ -10,9 +10,12 @@ checkpoints (as fairseq's released models ship theirs), and the tools compare wo
     python3 fairseq_alibi/dictionaries.py keep DATA_DIR SAVE_DIR        # copy dict.txt into SAVE_DIR (refuse another)
 """
 import os
+import runpy
 import shutil
 import sys
 from typing import List, Optional
+
+written_whole = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "files.py"))["written_whole"]
 
 
 def words(path: str) -> List[str]:
@@ -68,8 +71,8 @@ def keep(data: str, save_dir: str) -> Optional[str]:
         why = difference(target, source)
         return (f"{save_dir} holds a run on another dictionary than {data}'s ({why}): give its own data, "
                 "or another SAVE_DIR") if why else None
-    shutil.copyfile(source, target + ".part")
-    os.replace(target + ".part", target)
+    with written_whole(target) as partial:
+        shutil.copyfile(source, partial)
     return None
 
 

@@ -14,7 +14,9 @@ Prints the Markdown tables.
 import argparse
 import csv
 import json
+import math
 import os
+import runpy
 from collections import defaultdict
 
 import matplotlib
@@ -22,6 +24,9 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+written_whole = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_alibi",
+                                            "files.py"))["written_whole"]
 
 
 # Row labels in the paper's order (Tables 2-4), then the methods added since, then the
@@ -41,24 +46,62 @@ def method_name(row):
     return method if method.endswith(scaling) else method + scaling
 
 
-def read_json_lines(path):
-    """The rows of one of scripts/eval.sh's JSON-lines files; one line of error for a bad line."""
+# What every scored row holds (scripts/eval.sh's, eval_mlm.py's), besides its stride.
+FIELDS = ("model", "split", "train_length", "checkpoint", "l_valid", "perplexity")
+
+
+def read_json_lines(path, fields=FIELDS, writer="scripts/eval.sh (or eval_mlm.py)"):
+    """The rows of a JSON-lines results file, each with `fields` (written by `writer`); one line of
+    error for a line that is not such a row."""
     if not os.path.isfile(path):
         raise SystemExit(f"error: no results file {path}: run scripts/eval.sh first")
-    with open(path) as f:
+    with open(path, errors="replace") as f:
         for number, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    yield json.loads(line)
+                    row = json.loads(line)
                 except json.JSONDecodeError:
                     raise SystemExit(f"error: {path} line {number} is not a JSON line (left by an "
-                                     "interrupted run?): delete that line and rerun")
+                                     "interrupted run, or not a results file?): delete that line and rerun")
+                problem = row_problem(row, fields)
+                if problem:
+                    raise SystemExit(f"error: {path} line {number} {problem}: give the results.jsonl that "
+                                     f"{writer} writes, or delete that line")
+                yield row
+
+
+def row_problem(row, fields=FIELDS):
+    """Why a JSON line is not a row with `fields` (and, for a scored row, a stride and a finite
+    perplexity), or None."""
+    if not isinstance(row, dict):
+        return "is not a result (not a JSON object)"
+    missing = [name for name in fields if name not in row]
+    if "perplexity" in fields and "stride" not in row and "stride_rule" not in row:
+        missing.append("stride")
+    if missing:
+        return f"is not a result of this kind (no {', '.join(missing)})"
+    if "perplexity" in fields and (not isinstance(row["perplexity"], (int, float)) or not math.isfinite(row["perplexity"])):
+        return f"has perplexity {row['perplexity']!r}, not a finite number (a diverged model?)"
+    return None
+
+
+def measure(row):
+    """What a row's perplexity is of: a masked LM's masked tokens or a causal LM's every token."""
+    return "masked-token" if "masked_tokens" in row else "causal-LM"
 
 
 def load(paths):
     """{(split, stride rule, label, train L, seed, checkpoint, l_valid): perplexity}; the last
-    measurement of a configuration wins (reruns append)."""
-    return keyed(r for path in paths for r in read_json_lines(path))
+    measurement of a configuration wins (reruns append). Masked-token and causal-LM perplexities
+    are not one measure: files mixing them are refused."""
+    rows = [(path, r) for path in paths for r in read_json_lines(path)]
+    kinds = {}
+    for path, r in rows:
+        kinds.setdefault(measure(r), path)
+    if len(kinds) > 1:
+        raise SystemExit(f"error: {kinds['masked-token']} holds masked-token perplexities and "
+                         f"{kinds['causal-LM']} causal-LM ones, which are not one measure: tabulate them apart")
+    return keyed(r for _, r in rows)
 
 
 def keyed(rows):
@@ -125,7 +168,7 @@ def markdown(l_valids, lines):
 
 def write_csv(path, l_valids, lines):
     """Means per length, then standard deviations and run counts (std_<L_valid>, n_<L_valid>)."""
-    with open(path, "w", newline="") as f:
+    with written_whole(path) as partial, open(partial, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["method", "train_length", *l_valids, *(f"std_{lv}" for lv in l_valids),
                     *(f"n_{lv}" for lv in l_valids)])
@@ -162,7 +205,8 @@ def figure(path, title, lines):
     ax.legend(fontsize="small")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    with written_whole(path) as partial:
+        fig.savefig(partial, format="png")
     plt.close(fig)
 
 
@@ -174,7 +218,7 @@ def write_tables(rows, out):
         name = f"{split}_stride{stride.replace('L_valid/', '_Lvalid_over_')}"
         kind = "nonoverlapping" if stride == "0" else f"sliding window, stride {stride}"
         md = markdown(l_valids, lines)
-        with open(os.path.join(out, f"table_{name}.md"), "w") as f:
+        with written_whole(os.path.join(out, f"table_{name}.md")) as partial, open(partial, "w") as f:
             f.write(md)
         write_csv(os.path.join(out, f"table_{name}.csv"), l_valids, lines)
         figure(os.path.join(out, f"figure_{name}.png"), f"{split} perplexity, {kind}", lines)

@@ -10,7 +10,11 @@ Writes OUT through a temporary name: an interrupted run leaves no partial file.
 """
 import os
 import re
+import runpy
 import sys
+
+written_whole = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_alibi",
+                                            "files.py"))["written_whole"]
 
 HEADING = re.compile(r" = [^=].* = ")
 
@@ -27,10 +31,8 @@ def main(source, target, symbol="<doc>"):
                 out.append(f" {symbol} ")
             articles += 1
         out.append(line)
-    partial = f"{target}.part"
-    with open(partial, "w", encoding="utf-8") as f:
+    with written_whole(target) as partial, open(partial, "w", encoding="utf-8") as f:
         f.write("\n".join(out))
-    os.replace(partial, target)
     print(f"{source}: {articles} articles")
 
 

@@ -303,3 +303,46 @@ def test_each_tool_refuses_a_checkpoint_of_another_kind_naming_the_tool_that_tak
     monkeypatch.setattr(cli, "_run", lambda module: pytest.fail("fairseq-eval-lm was started"))
     with pytest.raises(SystemExit, match="is an encoder-decoder checkpoint, not a causal LM: score it with examples/synthetic/exact_match.py"):
         cli.eval_lm()
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"exit": 0, "seconds": 12.5, "peak_mib": 300}', "is not a result of this kind (no model, split, train_length, "
+                                                       "checkpoint, l_valid, perplexity, stride)"),
+    (json.dumps({k: v for k, v in row("ALiBi", 1, 64, 1.0).items() if k != "perplexity"}),
+     "is not a result of this kind (no perplexity)"),
+    (json.dumps(row("ALiBi", 1, 64, float("nan"))), "has perplexity nan, not a finite number"),
+    ("[1, 2]", "is not a result (not a JSON object)"),
+    ('{"checkpoint": "x", "l_valid": 6', "is not a JSON line"),
+])
+def test_tables_refuse_a_line_that_is_not_a_scored_row_in_one_line(tmp_path, line, message):
+    good = json.dumps(row("ALiBi", 1, 64, 200.0))
+    path = tmp_path / "r.jsonl"
+    path.write_text(good + "\n" + line + "\n")
+    with pytest.raises(SystemExit, match=re.escape(f"{path} line 2 {message}")):
+        results["load"]([str(path)])
+
+
+def test_tables_refuse_masked_token_and_causal_perplexities_together_and_write_nothing(tmp_path):
+    import subprocess
+
+    causal = write_rows(tmp_path / "lm.jsonl", [row("ALiBi", 1, 64, 200.0)])
+    masked = write_rows(tmp_path / "mlm.jsonl", [{**row("ALiBi bialibi", 1, 64, 9.0), "masked_tokens": 1000}])
+    out = tmp_path / "out"
+    proc = subprocess.run(["python", "scripts/results.py", causal, masked, "--out", out], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert "mlm.jsonl holds masked-token perplexities and" in proc.stderr and not out.exists()
+
+
+def test_a_write_that_fails_leaves_the_previous_file_and_no_partial_one(tmp_path):
+    written_whole = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))["written_whole"]
+    target = tmp_path / "table.md"
+    target.write_text("the finished table\n")
+    with pytest.raises(OSError):
+        with written_whole(target) as partial, open(partial, "w") as f:
+            f.write("half a tab")
+            raise OSError(28, "No space left on device")
+    assert target.read_text() == "the finished table\n" and os.listdir(tmp_path) == ["table.md"]
+    with written_whole(target) as partial, open(partial, "w") as f:
+        f.write("the new table\n")
+    assert target.read_text() == "the new table\n" and os.listdir(tmp_path) == ["table.md"]

@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from results import read_json_lines  # noqa: E402
+from results import read_json_lines, written_whole  # noqa: E402
 
 
 def main():
@@ -22,7 +22,8 @@ def main():
     p.add_argument("results")
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    rows = list(read_json_lines(args.results))
+    rows = list(read_json_lines(args.results, ("label", "task", "n_low", "n_high", "accuracy"),
+                                "examples/synthetic/exact_match.py"))
     if not rows:
         raise SystemExit(f"error: no results in {args.results}: run examples/synthetic/run.sh first")
     labels = list(dict.fromkeys(r["label"] for r in rows))
@@ -37,7 +38,7 @@ def main():
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
+    with written_whole(os.path.join(args.out, "table.md")) as partial, open(partial, "w") as f:
         f.write(table)
 
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.6), dpi=100, squeeze=False)
@@ -53,7 +54,8 @@ def main():
     axes[0][0].set_ylabel("exact match (%)")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "figure.png"))
+    with written_whole(os.path.join(args.out, "figure.png")) as partial:
+        fig.savefig(partial, format="png")
     print(table)
 
 

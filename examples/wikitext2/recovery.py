@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from results import read_json_lines  # noqa: E402
+from results import read_json_lines, written_whole  # noqa: E402
 
 
 def load(path):
@@ -54,7 +54,7 @@ def main():
                      f"{cell(scratch, teacher_updates + k)} |")
     table = "\n".join(lines) + "\n"
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "recovery.md"), "w") as f:
+    with written_whole(os.path.join(args.out, "recovery.md")) as partial, open(partial, "w") as f:
         f.write(table)
     print(table)
 
@@ -75,7 +75,8 @@ def main():
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "recovery.png"))
+    with written_whole(os.path.join(args.out, "recovery.png")) as partial:
+        fig.savefig(partial, format="png")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import sys
 
 RESUMED_IF_LONGER = 60  # seconds: calls beyond the longest that trained too
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from results import read_json_lines  # noqa: E402  (eval.sh's rows; one line for a bad one)
+from results import read_json_lines, written_whole  # noqa: E402  (eval.sh's rows; one line for a bad one)
 
 
 def training_cost(checkpoint):
@@ -69,10 +69,9 @@ def main():
             alibi_cost and alibi_cost["peak_mib"], cost and cost["peak_mib"])))
         points.append((s["l_valid"], a["perplexity"], s["perplexity"], cost, alibi_cost))
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "trade.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(os.path.join(args.out, "trade.csv"), "w") as f:
-        f.write("\n".join(csv) + "\n")
+    for name, text in (("trade.md", lines), ("trade.csv", csv)):
+        with written_whole(os.path.join(args.out, name)) as partial, open(partial, "w") as f:
+            f.write("\n".join(text) + "\n")
     print("\n".join(lines))
 
     import matplotlib
@@ -94,7 +93,8 @@ def main():
                   xticks=lengths, xticklabels=[str(x) for x in lengths], title="what each costs to train")
         right.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "trade.png"), dpi=120)
+    with written_whole(os.path.join(args.out, "trade.png")) as partial:
+        fig.savefig(partial, dpi=120, format="png")
 
 
 if __name__ == "__main__":
