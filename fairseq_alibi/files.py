@@ -18,3 +18,14 @@ def written_whole(target):
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(partial)
+
+
+def append_lines(path, lines):
+    """Append result lines (JSON rows) to path. If the disk refuses (full, read-only), exit with one
+    line that carries the lines themselves: a result that took minutes is never lost unseen."""
+    try:
+        with open(path, "a") as f:
+            f.write("".join(line + "\n" for line in lines))
+    except OSError as e:
+        raise SystemExit(f"error: could not append to {path} ({e.strerror or e}); the result, to keep by hand: "
+                         + " ".join(lines))

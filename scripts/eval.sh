@@ -118,7 +118,8 @@ for scaling in $scalings; do
 done
 prefix=${model%%_transformer_lm*}
 
-mkdir -p "$(dirname "$out")"
+{ mkdir -p "$(dirname "$out")" && [ ! -d "$out" ] && : >> "$out"; } 2>/dev/null \
+  || fail "cannot append to $out (a read-only place, or a directory?): give another OUT"
 jobs=()  # L_valid, stride, stride rule, context window, scaling, factor, overrides: tab-separated
 for scaling in $scalings; do
 for l_valid in $lengths; do

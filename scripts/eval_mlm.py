@@ -119,8 +119,9 @@ def main():
             fail(f"perplexity {row['perplexity']} for {args.checkpoint} at L_valid {l_valid}: its weights hold "
                  "NaN or inf (a diverged run?); nothing recorded")
         scored.append(row)
-    with open(args.out, "a") as f:
-        f.write("".join(json.dumps(row) + "\n" for row in scored))
+    files = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                        "fairseq_alibi", "files.py"))
+    files["append_lines"](args.out, [json.dumps(row) for row in scored])
     for row in scored:
         print(json.dumps(row), flush=True)
 

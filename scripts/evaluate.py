@@ -42,6 +42,7 @@ argv = sys.argv[1:]
 extra = argv[argv.index("--") + 1 :] if "--" in argv else []
 checkpoint, data, out, split, label, model_name, train_length, updates, seed, user_overrides = argv[:10]
 provenance = runpy.run_path(os.path.join(here, "fairseq_alibi", "provenance.py"))
+append_lines = runpy.run_path(os.path.join(here, "fairseq_alibi", "files.py"))["append_lines"]
 recorded = {"seed": None if seed == "-" else int(seed), "commit": provenance["commit"](),
             "machine": provenance["machine"](), **json.loads(os.environ.get("ROW_FIELDS") or "{}")}
 
@@ -93,6 +94,5 @@ for l_valid, stride, stride_rule, context, scaling, factor, overrides in jobs:
         "loss_base2": loss, "perplexity": perplexity, "tokens": tokens, "seconds": round(seconds, 2),
         "tokens_per_s": tokens / seconds, **recorded,
     })
-    with open(out, "a") as f:
-        f.write(row + "\n")
+    append_lines(out, [row])
     print(row, flush=True)

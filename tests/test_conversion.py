@@ -311,11 +311,12 @@ def test_bad_distillation_settings_are_one_line(flags, message, sinusoidal_check
 @pytest.mark.slow
 def test_distillation_training_saves_no_teacher_and_resumes(sinusoidal_checkpoint, converted_checkpoint, wt2_slice,
                                                             tmp_path):
-    def train(updates):
+    def train(updates, **env):
         return run(["scripts/train.sh", "alibi", "32", wt2_slice, tmp_path, "small", "--",
                     "--finetune-from-model", str(converted_checkpoint), "--max-update", str(updates),
                     "--max-tokens", "1024", "--criterion", "lm_distillation",
-                    "--teacher-path", str(sinusoidal_checkpoint), *TOY, "--save-interval-updates", "4"])
+                    "--teacher-path", str(sinusoidal_checkpoint), *TOY, "--save-interval-updates", "4"],
+                   env=dict(os.environ, **env))
 
     log = train(4)
     assert re.search(r"distill_loss [\d.]+", log) and re.search(r"valid .*nll_loss [\d.]+ .*ppl [\d.]+", log)
@@ -325,7 +326,9 @@ def test_distillation_training_saves_no_teacher_and_resumes(sinusoidal_checkpoin
     assert state.get("criterion") is None
     assert state["optimizer_history"][-1]["num_updates"] == 4  # counted from the conversion
 
-    log = train(8)  # resumes from checkpoint_last.pt, not from the converted model again
+    # More updates are another recipe (train.sh refuses it) unless told to continue; it resumes from
+    # checkpoint_last.pt, not from the converted model again.
+    log = train(8, CONTINUE_RUN="1")
     assert re.search(r"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ 4 updates\)", log)
     state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 8

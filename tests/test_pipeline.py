@@ -277,7 +277,7 @@ def eval_script(*args, env=None):
 @pytest.mark.parametrize("case", ["swapped", "out_is_checkpoint", "length_abc", "length_0", "length_negative",
                                   "stride_negative", "stride_over_0", "factor_abc", "no_such_split", "nan_weights",
                                   "context_window_flag", "unknown_flag", "bad_override_value", "fairseq_failure",
-                                  "longer_than_the_split"])
+                                  "longer_than_the_split", "out_is_a_directory"])
 def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpoint, wt2_slice, tmp_path):
     out = tmp_path / "r.jsonl"
     checkpoint = toy_checkpoint
@@ -311,6 +311,9 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
         args += ["0", "--", "--max-tokens", "1"]
     elif case == "longer_than_the_split":  # the slice's valid split has about 21k tokens
         args[3] = "32 100000"
+    elif case == "out_is_a_directory":  # refused before scoring, not after
+        args[2] = tmp_path / "d.jsonl"
+        args[2].mkdir()
     proc = eval_script(*args, env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -319,6 +322,19 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
     assert not out.exists() or out.read_text() == ""  # nothing recorded
     if case == "longer_than_the_split":
         assert "L_valid 100000 is longer than the valid split" in last
+    if case == "out_is_a_directory":
+        assert "cannot append to" in last and "d.jsonl" in last
+
+
+def test_eval_script_on_a_full_disk_says_so_and_keeps_the_result_in_its_message(toy_checkpoint, wt2_slice, tmp_path):
+    full = tmp_path / "full.jsonl"
+    full.symlink_to("/dev/full")  # every write: ENOSPC
+    proc = eval_script(toy_checkpoint, wt2_slice, full, "32")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: could not append to {full} (No space left on device)"), last
+    row = json.loads(last.split("to keep by hand: ", 1)[1])
+    assert row["l_valid"] == 32 and math.isfinite(row["perplexity"])
 
 
 @pytest.mark.parametrize("case,message", [
@@ -374,7 +390,8 @@ def test_results_script_names_a_truncated_line(toy_checkpoint, wt2_slice, tmp_pa
     proc = subprocess.run(["python", "scripts/results.py", out, "--out", tmp_path / "t"], cwd=REPO,
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == f"error: {out} line 2 is not a JSON line (left by an interrupted run?): delete that line and rerun"
+    assert proc.stderr.strip() == f"error: {out} line 2 is not a JSON line (left by an interrupted run, or " \
+        "not a results file?): delete that line and rerun"
 
 
 def readme_block(marker):

@@ -36,6 +36,7 @@ def main():
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import fairseq_alibi  # noqa: F401  (registers the models)
     from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.files import append_lines
 
     model, cfg, task = load_checkpoint(args.checkpoint, args.data, kind="encoder-decoder")
     cfg.generation.beam = 1
@@ -66,8 +67,7 @@ def main():
             row = {"checkpoint": args.checkpoint, "label": args.label, "bucket": name, "n_low": int(low),
                    "n_high": int(high), "task": kind, "examples": total[kind], "exact": right[kind],
                    "accuracy": right[kind] / total[kind]}
-            with open(args.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_lines(args.out, [json.dumps(row)])
             print(json.dumps(row), flush=True)
 
 

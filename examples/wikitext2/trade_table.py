@@ -23,7 +23,7 @@ def training_cost(checkpoint):
     path = os.path.join(os.path.dirname(checkpoint), "resources.jsonl")
     if not os.path.exists(path):
         return None
-    everything = list(read_json_lines(path))
+    everything = list(read_json_lines(path, ("exit", "seconds", "peak_mib"), "scripts/measure.py"))
     calls = [c for c in everything if c["exit"] == 0] or everything
     longest = max(calls, key=lambda c: c["seconds"])
     resumed = sum(c["seconds"] > RESUMED_IF_LONGER for c in calls) > 1
