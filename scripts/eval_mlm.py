@@ -27,6 +27,14 @@ def fail(message):
     raise SystemExit(f"error: {message}")
 
 
+def evaluation_mask(stream, mask_prob, seed):
+    """Which tokens of the split (one stream) are masked: drawn once, from seed; the same set for
+    every model and length (scripts/unigram.py --masked-lm scores the floor on it too)."""
+    import torch
+
+    return torch.rand(stream.shape, generator=torch.Generator().manual_seed(seed)) < mask_prob
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint")
@@ -66,8 +74,7 @@ def main():
     # The split as one stream of tokens (each line ends with </s>, as fairseq's blocks see it).
     split = data_utils.load_indexed_dataset(os.path.join(args.data, args.split), dictionary)
     stream = torch.cat([split[i] for i in range(len(split))])
-    generator = torch.Generator().manual_seed(args.seed)
-    masked = torch.rand(stream.shape, generator=generator) < args.mask_prob
+    masked = evaluation_mask(stream, args.mask_prob, args.seed)
     inputs = stream.masked_fill(masked, dictionary.index("<mask>"))
 
     train_length = cfg.task.tokens_per_sample

@@ -6,6 +6,8 @@ dictionary, counts from the training split), scored on a split as scripts/eval.s
 
 Its perplexity does not depend on the length or stride; one row per (L_valid, stride) is appended
 so that every table of scripts/results.py gets the floor row (label "Unigram (add-one)").
+With --masked-lm it is scored on the masked tokens of scripts/eval_mlm.py's fixed evaluation mask
+(--mask-prob, --seed as there), a masked LM's floor, and its rows say so (masked_tokens).
 """
 import argparse
 import json
@@ -27,10 +29,29 @@ def counts(dictionary, data, split):
     return np.bincount(tokens, minlength=len(dictionary))
 
 
-def perplexity(data, split):
-    """(perplexity, tokens scored) of the add-one unigram model trained on DATA's train split."""
+def masked_counts(dictionary, data, split, mask_prob, seed):
+    """Counts of the tokens that scripts/eval_mlm.py's evaluation mask selects in the split."""
+    import torch
+
+    dataset = data_utils.load_indexed_dataset(os.path.join(data, split), dictionary)
+    if dataset is None:
+        raise SystemExit(f"error: {data} has no {split} split")
+    stream = torch.cat([dataset[i] for i in range(len(dataset))])
+    mask = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "eval_mlm.py"))["evaluation_mask"]
+    return np.bincount(stream[mask(stream, mask_prob, seed)].numpy(), minlength=len(dictionary))
+
+
+def perplexity(data, split, masked=None):
+    """(perplexity, tokens scored) of the add-one unigram model trained on DATA's train split;
+    masked=(mask_prob, seed): on eval_mlm.py's masked tokens, over the masked LM's dictionary."""
     dictionary = Dictionary.load(os.path.join(data, "dict.txt"))
-    train, scored = counts(dictionary, data, "train"), counts(dictionary, data, split)
+    train = counts(dictionary, data, "train")
+    if masked:
+        dictionary.add_symbol("<mask>")  # what fairseq's masked_lm task adds: the model predicts over it too
+        train = np.append(train, 0)
+        scored = masked_counts(dictionary, data, split, *masked)
+    else:
+        scored = counts(dictionary, data, split)
     log_p = np.log((train + 1) / (train.sum() + len(dictionary)))
     nll = -(scored * log_p).sum() / scored.sum()
     return math.exp(nll), int(scored.sum())
@@ -44,21 +65,28 @@ def main():
     p.add_argument("--strides", default="0", help='stride rules as scripts/eval.sh takes them: 0, S or /K')
     p.add_argument("--split", default="valid")
     p.add_argument("--fields", default="{}", help="a JSON object of fields added to each row")
+    p.add_argument("--masked-lm", action="store_true", help="score eval_mlm.py's masked tokens (a masked LM's floor)")
+    p.add_argument("--mask-prob", type=float, default=0.15, help="with --masked-lm: as eval_mlm.py's")
+    p.add_argument("--seed", type=int, default=1, help="with --masked-lm: the mask's seed, as eval_mlm.py's")
     args = p.parse_args()
-    ppl, tokens = perplexity(args.data, args.split)
-    provenance = runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "fairseq_alibi", "provenance.py"))
-    with open(args.out, "a") as f:
-        for l_valid in map(int, args.lengths.split()):
-            for rule in args.strides.split():
-                stride = l_valid // int(rule[1:]) if rule.startswith("/") else int(rule)
-                row = {"checkpoint": None, "label": LABEL, "model": "unigram", "train_length": None,
-                       "updates": None, "split": args.split, "l_valid": l_valid, "stride": stride,
-                       "stride_rule": f"L_valid{rule}" if rule.startswith("/") else rule, "scaling": "none",
-                       "scaling_factor": None, "loss_base2": math.log2(ppl), "perplexity": ppl, "tokens": tokens,
-                       "seed": None, "commit": provenance["commit"](), "machine": provenance["machine"](),
-                       **json.loads(args.fields)}
-                f.write(json.dumps(row) + "\n")
-    print(f"{LABEL}: perplexity {ppl:.2f} on {tokens} {args.split} tokens")
+    masked = (args.mask_prob, args.seed) if args.masked_lm else None
+    ppl, tokens = perplexity(args.data, args.split, masked)
+    package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fairseq_alibi")
+    provenance = runpy.run_path(os.path.join(package, "provenance.py"))
+    mask_fields = {"masked_tokens": tokens, "mask_prob": args.mask_prob, "mask_seed": args.seed} if masked else {}
+    rows = []
+    for l_valid in map(int, args.lengths.split()):
+        for rule in args.strides.split():
+            stride = l_valid // int(rule[1:]) if rule.startswith("/") else int(rule)
+            rows.append(json.dumps({
+                "checkpoint": None, "label": LABEL, "model": "unigram", "train_length": None, "updates": None,
+                "split": args.split, "l_valid": l_valid, "stride": stride,
+                "stride_rule": f"L_valid{rule}" if rule.startswith("/") else rule, "scaling": "none",
+                "scaling_factor": None, "loss_base2": math.log2(ppl), "perplexity": ppl, "tokens": tokens,
+                "seed": None, "commit": provenance["commit"](), "machine": provenance["machine"](), **mask_fields,
+                **json.loads(args.fields)}))
+    runpy.run_path(os.path.join(package, "files.py"))["append_lines"](args.out, rows)
+    print(f"{LABEL}: perplexity {ppl:.2f} on {tokens} {'masked ' if masked else ''}{args.split} tokens")
 
 
 if __name__ == "__main__":

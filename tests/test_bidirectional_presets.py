@@ -23,10 +23,14 @@ def test_masked_lm_preset_toy_run(wt2_slice, tmp_path):
     printed = run(["examples/wikitext2/mlm.sh"], env=env)
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert sorted((r["label"], r["l_valid"]) for r in rows) == [
-        (label, lv) for label in ("ALiBi bialibi", "Learned positions", "LittleBird", "Sinusoidal") for lv in (16, 64)]
-    # the same masked tokens at every length and for every model
+        (label, lv) for label in ("ALiBi bialibi", "Learned positions", "LittleBird", "Sinusoidal", "Unigram (add-one)")
+        for lv in (16, 64)]
+    # the same masked tokens at every length and for every model, the unigram floor included
     assert len({(r["masked_tokens"], r["mask_seed"]) for r in rows}) == 1 and rows[0]["masked_tokens"] > 1000
-    assert all(math.isfinite(r["perplexity"]) and r["train_length"] == 16 for r in rows)
+    models = [r for r in rows if r["model"] != "unigram"]
+    assert all(math.isfinite(r["perplexity"]) and r["train_length"] == 16 for r in models)
+    floor = {r["l_valid"]: r["perplexity"] for r in rows if r["model"] == "unigram"}
+    assert floor[16] == floor[64] and floor[16] > 1  # a toy's models may not beat it: not asserted
     assert (tmp_path / "checkpoints" / "littlebird-L16-b2-s2" / "checkpoint_last.pt").is_file()  # 8 blocks at L
     assert "| ALiBi bialibi 16 |" in printed and (tmp_path / "out" / "figure_valid_stride0.png").stat().st_size > 0
     # a finished run is evaluated again, not retrained
@@ -34,14 +38,14 @@ def test_masked_lm_preset_toy_run(wt2_slice, tmp_path):
     assert "is already trained" in again
     # ... and a rerun of some variants keeps the others' results (appended to, never deleted)
     after = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
-    assert len(after) == len(rows) + 2 and all(f"| {label} 16 |" in again for label in ("Sinusoidal", "LittleBird"))
+    assert len(after) == len(rows) + 4 and all(f"| {label} 16 |" in again for label in ("Sinusoidal", "LittleBird"))
     # past a learned-position table (16L here): one line, and no row for the lengths before it either
     learned = tmp_path / "checkpoints" / "learned_pos-L16" / "checkpoint_last.pt"
     past = subprocess.run(["python", "scripts/eval_mlm.py", learned, wt2_slice, tmp_path / "past.jsonl",
                            "--lengths", "16 512"], cwd=REPO, capture_output=True, text=True)
     assert past.returncode == 1 and "Traceback" not in past.stderr and not (tmp_path / "past.jsonl").exists()
     assert "L_valid 512 is past" in past.stderr.strip().splitlines()[-1]
-    assert all(r["seed"] == 1 and r["commit"] for r in map(json.loads, after))
+    assert all(r["seed"] == 1 and r["commit"] for r in map(json.loads, after) if r["model"] != "unigram")
 
 
 def test_fixed_mask_evaluation_equals_scoring_each_block_by_hand(wt2_slice, tmp_path):
@@ -135,3 +139,35 @@ def test_evaluation_scripts_refuse_a_file_that_is_not_a_checkpoint_in_one_line(s
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert f"error: {fake} could not be loaded as a fairseq checkpoint" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_unigram_floor_against_the_raw_text_by_hand(wt2_slice, tmp_path):
+    """scripts/unigram.py (every token, and --masked-lm: eval_mlm.py's masked tokens) against the
+    add-one formula written out on the raw text the slice was binarized from."""
+    import collections
+
+    import torch
+
+    raw = os.path.dirname(wt2_slice)
+    words = {line.split()[0] for line in open(os.path.join(wt2_slice, "dict.txt"))}
+    known = words | {"<s>", "<pad>", "</s>", "<unk>"}  # fairseq's 4 special symbols
+
+    def stream(split):  # fairseq's binarizer: the line's words (unknown ones as <unk>), then </s>
+        return [w if w in known else "<unk>" for line in open(os.path.join(raw, f"{split}.tokens"))
+                for w in line.split() + ["</s>"]]
+
+    train, valid = collections.Counter(stream("train")), stream("valid")
+    mask = torch.rand(len(valid), generator=torch.Generator().manual_seed(1)) < 0.15
+
+    def perplexity(tokens, size):  # size: fairseq's 4 special symbols, the words, (<mask>)
+        total = sum(train.values())
+        return math.exp(-sum(math.log((train[w] + 1) / (total + size)) for w in tokens) / len(tokens))
+
+    for flags, tokens, size in (([], valid, len(known)),
+                                (["--masked-lm"], [w for w, m in zip(valid, mask.tolist()) if m], len(known) + 1)):
+        out = tmp_path / f"u{len(flags)}.jsonl"
+        run(["python", "scripts/unigram.py", wt2_slice, out, "--lengths", "16 32", *flags])
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [r["l_valid"] for r in rows] == [16, 32] and rows[0]["tokens"] == len(tokens)
+        assert rows[0]["perplexity"] == pytest.approx(perplexity(tokens, size), rel=1e-9)
+        assert ("masked_tokens" in rows[0]) == bool(flags)

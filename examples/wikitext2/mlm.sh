@@ -48,5 +48,7 @@ for variant in $VARIANTS; do
   echo "== evaluating $label at L_valid = $L_VALID"
   python3 scripts/eval_mlm.py "$save/checkpoint_last.pt" "$data" "$OUT/results.jsonl" --lengths "$L_VALID" --label "$label"
 done
+# The floor every model must beat: a unigram model on the same masked tokens.
+python3 scripts/unigram.py "$data" "$OUT/results.jsonl" --lengths "$L_VALID" --masked-lm
 python3 scripts/results.py "$OUT/results.jsonl" --out "$OUT"
 echo "tables and figures written to $OUT (masked-token perplexity)"
