@@ -57,6 +57,26 @@ def perplexity(data, split, masked=None):
     return math.exp(nll), int(scored.sum())
 
 
+def check(args):
+    """Every argument, before anything is read or written: one line naming the fix."""
+    if not os.path.isfile(os.path.join(args.data, "dict.txt")):
+        raise SystemExit(f"error: {args.data} has no dict.txt: DATA is a binarized data directory "
+                         "(scripts/prepare-wikitext.sh)")
+    if not args.out.endswith(".jsonl"):
+        raise SystemExit(f"error: OUT ({args.out}) must be a .jsonl file, where results are appended")
+    if not args.lengths.split() or not all(x.isdigit() and int(x) > 0 for x in args.lengths.split()):
+        raise SystemExit(f"error: --lengths must be positive integers, e.g. \"64 128\", got '{args.lengths}'")
+    for rule in args.strides.split():
+        if not (rule.isdigit() or (rule.startswith("/") and rule[1:].isdigit() and int(rule[1:]) > 0)):
+            raise SystemExit(f"error: --strides takes 0, a positive integer or /K (K > 0), got '{rule}'")
+    try:
+        assert isinstance(json.loads(args.fields), dict)
+    except (ValueError, AssertionError):
+        raise SystemExit(f"error: --fields must be a JSON object, e.g. '{{\"experiment\": \"mine\"}}', got '{args.fields}'")
+    if args.masked_lm and not 0 < args.mask_prob < 1:
+        raise SystemExit(f"error: --mask-prob must be between 0 and 1, got {args.mask_prob}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data")
@@ -69,6 +89,7 @@ def main():
     p.add_argument("--mask-prob", type=float, default=0.15, help="with --masked-lm: as eval_mlm.py's")
     p.add_argument("--seed", type=int, default=1, help="with --masked-lm: the mask's seed, as eval_mlm.py's")
     args = p.parse_args()
+    check(args)
     masked = (args.mask_prob, args.seed) if args.masked_lm else None
     ppl, tokens = perplexity(args.data, args.split, masked)
     package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fairseq_alibi")

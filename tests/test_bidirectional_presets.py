@@ -3,6 +3,7 @@ its fixed evaluation mask, and the synthetic seq2seq tasks decoded by fairseq's 
 import json
 import math
 import os
+import re
 import subprocess
 
 import pytest
@@ -171,3 +172,23 @@ def test_unigram_floor_against_the_raw_text_by_hand(wt2_slice, tmp_path):
         assert [r["l_valid"] for r in rows] == [16, 32] and rows[0]["tokens"] == len(tokens)
         assert rows[0]["perplexity"] == pytest.approx(perplexity(tokens, size), rel=1e-9)
         assert ("masked_tokens" in rows[0]) == bool(flags)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["{missing}", "{out}", "--lengths", "64"], "has no dict.txt"),
+    (["{data}", "{out}", "--lengths", "abc"], "--lengths must be positive integers"),
+    (["{data}", "{out}", "--lengths", "64", "--strides", "/0"], "--strides takes 0, a positive integer or /K"),
+    (["{data}", "{out}", "--lengths", "64", "--fields", "notjson"], "--fields must be a JSON object"),
+    (["{data}", "{out}.txt", "--lengths", "64"], "must be a .jsonl file"),
+    (["{data}", "{out}", "--lengths", "64", "--masked-lm", "--mask-prob", "2"], "--mask-prob must be between 0 and 1"),
+])
+def test_unigram_refuses_bad_arguments_in_one_line_before_writing(wt2_slice, tmp_path, monkeypatch, args, message):
+    import runpy
+
+    unigram = runpy.run_path(os.path.join(REPO, "scripts", "unigram.py"))
+    out = tmp_path / "u.jsonl"
+    argv = [a.format(missing=tmp_path / "none", data=wt2_slice, out=out) for a in args]
+    monkeypatch.setattr("sys.argv", ["unigram.py", *argv])
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        unigram["main"]()
+    assert os.listdir(tmp_path) == []
