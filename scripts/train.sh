@@ -59,8 +59,13 @@ case $preset:$method in
   *) fail "unknown preset '$preset': use wiki103 or small" ;;
 esac
 
-# Processes in this job: the launcher's world size, else one per GPU on this node.
-node_gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+# Processes in this job: the launcher's world size, else one per GPU on this node. torch (seconds
+# to import) is asked only where a GPU driver shows (NVIDIA's, or ROCm's /dev/kfd); without one it
+# would count 0.
+node_gpus=0
+if [ -e /proc/driver/nvidia ] || [ -e /dev/nvidiactl ] || [ -e /dev/nvidia0 ] || [ -e /dev/kfd ] || [ -e /dev/dxg ]; then
+  node_gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+fi
 world=${WORLD_SIZE:-${SLURM_NTASKS:-$node_gpus}}
 case $world in ''|*[!0-9]*) fail "WORLD_SIZE / SLURM_NTASKS must be a whole number of processes, got '$world'" ;; esac
 if [ "$node_gpus" -eq 0 ] && [ "$world" -gt 1 ]; then

@@ -58,7 +58,8 @@ def test_fixed_mask_evaluation_equals_scoring_each_block_by_hand(wt2_slice, tmp_
     env = dict(os.environ, DATA=wt2_slice, L="16", UPDATES="2", L_VALID="16", VARIANTS="ruoss",
                OUT=str(tmp_path / "out"), CHECKPOINTS=str(tmp_path / "checkpoints"), TRAIN_FLAGS=" ".join(ENCODER_TOY))
     run(["examples/wikitext2/mlm.sh"], env=env)
-    (row,) = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    (row,) = [r for r in map(json.loads, (tmp_path / "out" / "results.jsonl").read_text().splitlines())
+              if r["model"] != "unigram"]  # mlm.sh's floor row beside it
 
     import fairseq_alibi  # noqa: F401
     from fairseq import checkpoint_utils
