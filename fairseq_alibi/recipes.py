@@ -161,6 +161,7 @@ def other_flags(save_dir, last, max_update, flags):
         if then in (None, max_update):
             return None
         was, now = {"--max-update": str(then)}, {"--max-update": str(max_update)}
+
     def said(value):
         return "not given" if value is None else "given" if value == "" else value
 
