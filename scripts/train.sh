@@ -100,15 +100,7 @@ fi
 # What a checkpoint already in SAVE_DIR holds: refuse another run, skip a finished one
 # (recipes.run_status: the one definition of a finished run).
 args=("${recipe[@]}" "$@")  # the last --max-update given wins, as in fairseq
-flag_value() {  # FLAG ARGS...: the value after the last FLAG in ARGS (the one argparse keeps), or empty
-  local flag=$1 value= previous= arg
-  shift
-  for arg in "$@"; do
-    [ "$previous" = "$flag" ] && value=$arg
-    previous=$arg
-  done
-  echo "$value"
-}
+source "$here/scripts/flags.sh"
 max_update=$(flag_value --max-update "${args[@]}")
 case $max_update in ''|*[!0-9]*) fail "--max-update must be a non-negative integer, got '$max_update'" ;; esac
 arch=$(flag_value --arch "${model[@]}")

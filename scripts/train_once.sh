@@ -19,11 +19,8 @@ shift 2
 [ $# -gt 0 ] || { echo "$usage" >&2; exit 1; }
 here=$(cd "$(dirname "$0")" && pwd)
 
-max_update=
-args=("$@")
-for ((i = 0; i < ${#args[@]} - 1; i++)); do
-  if [ "${args[i]}" = --max-update ]; then max_update=${args[i + 1]}; fi
-done
+source "$here/flags.sh"
+max_update=$(flag_value --max-update "$@")
 case $max_update in ''|*[!0-9]*) echo "error: the fairseq-train command needs --max-update N (N a number) to know when $name is finished" >&2; exit 1 ;; esac
 mkdir -p "$save"
 # One trainer per save directory, for the run's lifetime (fairseq-train inherits the lock).
