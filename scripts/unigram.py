@@ -21,24 +21,19 @@ from fairseq.data import Dictionary, data_utils
 LABEL = "Unigram (add-one)"
 
 
-def counts(dictionary, data, split):
-    dataset = data_utils.load_indexed_dataset(os.path.join(data, split), dictionary)
-    if dataset is None:
-        raise SystemExit(f"error: {data} has no {split} split")
-    tokens = np.concatenate([dataset[i].numpy() for i in range(len(dataset))])
-    return np.bincount(tokens, minlength=len(dictionary))
-
-
-def masked_counts(dictionary, data, split, mask_prob, seed):
-    """Counts of the tokens that scripts/eval_mlm.py's evaluation mask selects in the split."""
+def counts(dictionary, data, split, masked=None):
+    """Token counts of the split; masked=(mask_prob, seed): of the tokens that scripts/eval_mlm.py's
+    evaluation mask selects only."""
     import torch
 
     dataset = data_utils.load_indexed_dataset(os.path.join(data, split), dictionary)
     if dataset is None:
         raise SystemExit(f"error: {data} has no {split} split")
     stream = torch.cat([dataset[i] for i in range(len(dataset))])
-    mask = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "eval_mlm.py"))["evaluation_mask"]
-    return np.bincount(stream[mask(stream, mask_prob, seed)].numpy(), minlength=len(dictionary))
+    if masked:
+        mask = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "eval_mlm.py"))["evaluation_mask"]
+        stream = stream[mask(stream, *masked)]
+    return np.bincount(stream.numpy(), minlength=len(dictionary))
 
 
 def perplexity(data, split, masked=None):
@@ -49,9 +44,7 @@ def perplexity(data, split, masked=None):
     if masked:
         dictionary.add_symbol("<mask>")  # what fairseq's masked_lm task adds: the model predicts over it too
         train = np.append(train, 0)
-        scored = masked_counts(dictionary, data, split, *masked)
-    else:
-        scored = counts(dictionary, data, split)
+    scored = counts(dictionary, data, split, masked)
     log_p = np.log((train + 1) / (train.sum() + len(dictionary)))
     nll = -(scored * log_p).sum() / scored.sum()
     return math.exp(nll), int(scored.sum())
