@@ -9,14 +9,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def commit(repo=REPO):
-    """The checked-out commit (short), with "+changes" if tracked files differ from it; None
-    outside a git checkout."""
+    """The checked-out commit (short), with "+changes" if tracked files differ from it. Outside a git
+    checkout (a copy of the tree sent to another machine), $FAIRSEQ_ALIBI_COMMIT as the sender
+    read it, else None."""
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=repo)
 
-    head = git("rev-parse", "--short", "HEAD")
-    if head.returncode != 0:
-        return None
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+    except OSError:  # no git on this machine
+        head = None
+    if head is None or head.returncode != 0:
+        return os.environ.get("FAIRSEQ_ALIBI_COMMIT") or None
     dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
     return head.stdout.strip() + ("+changes" if dirty else "")
 
@@ -30,8 +34,20 @@ def cpu_name():
     return names[0] if names else platform.machine()
 
 
+def gpu_names():
+    """The GPUs this machine shows (nvidia-smi's names), [] where it has none."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in listed.stdout.splitlines() if line.strip()] if listed.returncode == 0 else []
+
+
 def machine(device="cpu"):
-    """"<CPU model>, <n> cores", or the GPU's name for device "cuda"."""
+    """"<CPU model>, <n> cores" (and its GPUs, where it has any), or the GPU's name for device
+    "cuda"."""
     if device == "cuda":
         return sys.modules["torch"].cuda.get_device_name()
-    return f"{cpu_name()}, {os.cpu_count()} cores"
+    gpus = gpu_names()
+    return f"{cpu_name()}, {os.cpu_count()} cores" + (f", {len(gpus)} x {gpus[0]}" if gpus else "")

@@ -246,6 +246,9 @@ class Runner:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise SystemExit(f"error: another scripts/experiment.py is running on {self.out}: wait for it, or give --out")
+        if self.args.tables:
+            print(self.tabulate() or f"no rows of {self.name}'s runs in {self.results} yet")
+            return
         self.data = self.args.data or prepare_wikitext2(self.experiment.documents)
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
         record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance["commit"](),
@@ -255,6 +258,19 @@ class Runner:
               f"{self.updates} updates at L={self.length}, scored at {' '.join(map(str, self.lengths))}, strides "
               f"{' '.join(self.experiment.strides)} -> {self.out}", flush=True)
         self.floor()
+        if self.args.parallel > 1:
+            self.run_parallel(jobs, start)
+        else:
+            self.run_in_turn(jobs, start)
+        printed = self.tabulate()
+        record.update(wall_s=round(time.time() - start, 1), jobs=len(jobs))
+        with open(os.path.join(self.out, "runs.jsonl"), "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(printed)
+        print(f"== {self.name} done in {duration(time.time() - start)}: tables and figures in {self.out}")
+
+
+    def run_in_turn(self, jobs, start):
         worked = []  # seconds of the jobs that did work (for the estimate)
         for number, (model, seed) in enumerate(jobs, 1):
             job_start = time.time()
@@ -266,26 +282,67 @@ class Runner:
                 self.tabulate()  # what is done so far, in case the run is stopped
             if time.time() - job_start > 30:
                 worked.append(time.time() - job_start)
-        printed = self.tabulate()
-        record.update(wall_s=round(time.time() - start, 1), jobs=len(jobs))
-        with open(os.path.join(self.out, "runs.jsonl"), "a") as f:
-            f.write(json.dumps(record) + "\n")
-        print(printed)
-        print(f"== {self.name} done in {duration(time.time() - start)}: tables and figures in {self.out}")
+
+    def run_parallel(self, jobs, start):
+        """Each (model, seed) by a runner of its own (its rows in OUT/parts/<run>), --parallel at a
+        time (small models leave a GPU, or many cores, mostly idle); each part's rows are appended
+        to OUT/results.jsonl as it ends. Stopped and rerun, it continues as run_in_turn does."""
+        waiting, running, failed = list(jobs), {}, []
+        while waiting or running:
+            while waiting and len(running) < self.args.parallel:
+                model, seed = waiting.pop(0)
+                part = os.path.join(self.out, "parts", os.path.basename(self.save_dir(model, seed)))
+                os.makedirs(part, exist_ok=True)
+                command = [sys.executable, os.path.abspath(__file__), self.name, "--models", slug(model.label),
+                           "--seeds", str(seed), "--out", part, "--checkpoints", self.checkpoints, "--data", self.data,
+                           "--updates", str(self.updates), "--train-length", str(self.length),
+                           "--lengths", *map(str, self.lengths), "--train-flags", shlex.join(self.args.train_flags)]
+                with open(os.path.join(part, "runner.log"), "a") as log:
+                    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                running[proc] = (model, seed, part)
+            with stopped_together(*running):
+                while not (ended := [proc for proc in running if proc.poll() is not None]):
+                    time.sleep(1)
+            proc = ended[0]
+            model, seed, part = running.pop(proc)
+            self.merge(os.path.join(part, "results.jsonl"))
+            ok = proc.returncode == 0
+            if not ok:
+                with open(os.path.join(part, "runner.log")) as log:
+                    last = (log.read().strip().splitlines() or [""])[-1]
+                failed.append(f"{model.label}, seed {seed}: {last} (see {part}/runner.log)")
+            print(f"== {len(jobs) - len(waiting) - len(running)}/{len(jobs)} ended ({duration(time.time() - start)} "
+                  f"so far): {model.label}, seed {seed}{'' if ok else ' FAILED'}", flush=True)
+            self.tabulate()
+        if failed:
+            raise SystemExit("error: some runs failed:\n  " + "\n  ".join(failed))
+
+    def merge(self, part_results):
+        """Append a part's model rows that OUT/results.jsonl does not hold yet (the floor is OUT's own)."""
+        have = {json.dumps(r, sort_keys=True) for r in read_rows(self.results)}
+        new = [json.dumps(r) for r in read_rows(part_results)
+               if r.get("model") != "unigram" and json.dumps(r, sort_keys=True) not in have]
+        if new:
+            with open(self.results, "a") as f:
+                f.write("".join(line + "\n" for line in new))
 
 
 @contextlib.contextmanager
-def stopped_together(proc):
+def stopped_together(*procs):
     """If the runner is stopped (Ctrl-C, SIGTERM), so is proc with everything it started (its own
     session): no trainer is left running unseen, writing to a directory a rerun will use."""
     try:
         yield
     except BaseException:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in procs:
+            with contextlib.suppress(ChildProcessError):
+                proc.wait()
         raise
 
 
@@ -314,6 +371,10 @@ def main():
     p.add_argument("--out", help="results, tables and figures (default: runs/NAME)")
     p.add_argument("--checkpoints", help="checkpoints (default: checkpoints/NAME)")
     p.add_argument("--train-flags", default="", help="extra fairseq-train flags for every model (toy sizes)")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="run this many (model, seed) jobs at once (a GPU or many cores; default 1: one at a time)")
+    p.add_argument("--tables", action="store_true",
+                   help="only rebuild the tables and figures from OUT/results.jsonl (rows merged from elsewhere)")
     args = p.parse_args()
     if args.list or not args.name:
         for name, e in EXPERIMENTS.items():
@@ -327,7 +388,7 @@ def main():
         if name not in known and name not in map(slug, known):
             p.error(f"unknown model '{name}' for {args.name}: use one of {', '.join(map(slug, known))}")
     for name, values in (("--seeds", args.seeds), ("--lengths", args.lengths), ("--updates", [args.updates]),
-                         ("--train-length", [args.train_length])):
+                         ("--train-length", [args.train_length]), ("--parallel", [args.parallel])):
         if any(v is not None and v < (0 if name == "--seeds" else 1) for v in values or ()):
             p.error(f"{name} must be {'non-negative' if name == '--seeds' else 'positive'} integers")
     args.train_flags = shlex.split(args.train_flags)

@@ -1,0 +1,81 @@
+"""On a CUDA GPU (skipped elsewhere; CI has none): every method and kernel in fp16 and bf16 against
+the same weights in fp32 on the reference path (SDPA with the dense mask), logits and gradients,
+with and without packed documents, at lengths of several FlexAttention blocks; and the README's
+claim that the bias stays exact near the diagonal at long lengths in fp16."""
+import pytest
+import torch
+
+from conftest import random_tokens
+from test_documents import SEPARATOR, VOCAB, model
+from test_position_methods import METHODS
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+HALF = [torch.float16, torch.bfloat16]
+# Relative error (‖got - fp32‖ / ‖fp32‖) of a half-precision forward of these small models: about
+# ulp/2 per operation (fp16 2^-11, bf16 2^-8) grown over a few layers.
+TOLERANCE = {torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def relative_error(got, expected):
+    got, expected = got.double(), expected.double()
+    assert torch.isfinite(got).all()
+    return ((got - expected).norm() / expected.norm()).item()
+
+
+def pair(variant, kernel, dtype, separator=None):
+    """(the fp32 reference on SDPA, the same weights in `dtype` on `kernel`), on the GPU."""
+    reference, d = model(variant, "--alibi-attention", "sdpa", separator=separator)
+    other, _ = model(variant, "--alibi-attention", kernel, separator=separator)
+    return reference.cuda(), other.to("cuda", dtype), d
+
+
+def packed(d, length, separator):
+    rows = random_tokens(VOCAB + 3, 2, length, seed=3)
+    if separator:
+        rows[0, [length // 5, length // 2, length // 2 + 1]] = d.index(SEPARATOR)
+    return rows.cuda()
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("variant", list(METHODS))
+def test_every_method_in_half_precision_gives_the_fp32_logits(variant, dtype):
+    reference, half, d = pair(variant, "sdpa", dtype)
+    tokens = packed(d, 300, None)
+    with torch.no_grad():
+        expected = reference(tokens)[0]
+        assert relative_error(half(tokens)[0], expected) < TOLERANCE[dtype]
+        state = {}  # the cache, a token at a time, in half precision
+        steps = torch.cat([half(tokens[:, : t + 1], incremental_state=state)[0] for t in range(48)], dim=1)
+    assert relative_error(steps, expected[:, :48]) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("documents", [False, True], ids=["packed", "documents"])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("variant", ["alibi", "rotary", "nope"])
+def test_flex_attention_compiled_on_the_gpu_gives_the_fp32_logits_and_gradients(variant, dtype, documents):
+    """FlexAttention as the plugin runs it on a GPU (compiled, its block mask skipping future and
+    other documents' blocks), 600 tokens: five blocks of 128."""
+    separator = SEPARATOR if documents else None
+    reference, flex, d = pair(variant, "flex", dtype, separator)
+    tokens = packed(d, 600, separator)
+    with torch.no_grad():
+        expected = reference(tokens)[0]
+        assert relative_error(flex(tokens)[0], expected) < TOLERANCE[dtype]
+    grads = []
+    for m in (reference, flex):
+        m.zero_grad()
+        m(tokens)[0].float().logsumexp(-1).mean().backward()
+        grads.append(m.decoder.embed_tokens.weight.grad)
+    assert relative_error(grads[1], grads[0]) < 5 * TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "flex"])
+def test_alibi_in_fp16_at_3072_tokens_stays_close_to_fp32(kernel):
+    """The bias -m (i - j) is computed in fp32 and added in fp16: exact where it matters (near the
+    diagonal), so a long fp16 forward is as close to fp32 as a short one (the fork's key-index
+    bias m j, cast to fp16, is off by up to 0.5 logit at 3072)."""
+    reference, half, d = pair("alibi", kernel, torch.float16)
+    tokens = packed(d, 3072, None)
+    with torch.no_grad():
+        assert relative_error(half(tokens)[0], reference(tokens)[0]) < TOLERANCE[torch.float16]
