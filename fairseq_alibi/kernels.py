@@ -286,7 +286,10 @@ def flex_alibi_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Optional[Tenso
             _flex_block_mask = (key, create_block_mask(causal, None, None, q.size(2), k.size(2), device=q.device))
         block_mask = _flex_block_mask[1]
     score_mod = alibi_score if slopes is not None else None
-    if q.is_cuda:
+    if q.is_cuda and q.size(-1) < 16:
+        warn_once(f"attention kernel flex: PyTorch compiles FlexAttention for heads of dimension 16 and up, "
+                  f"not {q.size(-1)}: running it uncompiled (it materializes the scores; sdpa is faster)")
+    elif q.is_cuda:
         if _compiled_flex is None:
             _compiled_flex = torch.compile(flex_attention, dynamic=True)
         return _compiled_flex(q, k, v, score_mod=score_mod, block_mask=block_mask)

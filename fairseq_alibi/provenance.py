@@ -9,9 +9,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def commit(repo=REPO):
-    """The checked-out commit (short), with "+changes" if tracked files differ from it. Outside a git
-    checkout (a copy of the tree sent to another machine), $FAIRSEQ_ALIBI_COMMIT as the sender
-    read it, else None."""
+    """The checked-out commit (short), with "+changes" if tracked files differ from it; None
+    outside a git checkout. $FAIRSEQ_ALIBI_COMMIT, where set, is taken instead: a copy of the tree
+    sent to another machine carries its commit as the sender read it (the copy's own .git, if
+    any, need not match)."""
+    if os.environ.get("FAIRSEQ_ALIBI_COMMIT"):
+        return os.environ["FAIRSEQ_ALIBI_COMMIT"]
+
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=repo)
 
@@ -20,7 +24,7 @@ def commit(repo=REPO):
     except OSError:  # no git on this machine
         head = None
     if head is None or head.returncode != 0:
-        return os.environ.get("FAIRSEQ_ALIBI_COMMIT") or None
+        return None
     dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
     return head.stdout.strip() + ("+changes" if dirty else "")
 

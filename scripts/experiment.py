@@ -393,9 +393,13 @@ def main():
             p.error(f"{name} must be {'non-negative' if name == '--seeds' else 'positive'} integers")
     args.train_flags = shlex.split(args.train_flags)
     # Paths given are the caller's; defaults (runs/, checkpoints/, data-bin/) are the repository's.
+    # Those inside the repository are kept relative to it, as the defaults are: rows name the same
+    # checkpoint whichever way it was given, and no machine's paths.
     for name in ("data", "out", "checkpoints"):
         if getattr(args, name):
-            setattr(args, name, os.path.abspath(getattr(args, name)))
+            path = os.path.abspath(getattr(args, name))
+            inside = os.path.relpath(path, REPO)
+            setattr(args, name, path if inside.split(os.sep)[0] == ".." else inside)
     os.chdir(REPO)
     Runner(args.name, experiment, args).run()
 
