@@ -215,7 +215,11 @@ class Runner:
         with stopped_together(proc):
             _, errors = proc.communicate()
         if proc.returncode != 0:
-            raise SystemExit((errors.strip().splitlines() or [f"error: scoring {label} failed"])[-1])
+            log = os.path.join(self.out, "scoring-errors.log")  # the whole of it, for a crash's cause
+            with open(log, "a") as f:
+                f.write(f"== {label} ({checkpoint}), {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n{errors}\n")
+            last = (errors.strip().splitlines() or [f"error: scoring {label} failed"])[-1]
+            raise SystemExit(f"{last} (all of it in {log})")
 
     def floor(self):
         """The unigram row, once per length and stride."""
