@@ -94,6 +94,13 @@ def unusable(kernel: str, positions, x: Tensor, dropout: bool, documents: bool =
     return why_not
 
 
+def flex_compiles(positions, x: Tensor) -> bool:
+    """Whether compiled FlexAttention can take ALiBi here: a CUDA input, heads of dimension 16 and
+    up (x: the layer input, T x B x C, C = heads x head dim)."""
+    slopes = positions.linear_slopes
+    return x.is_cuda and slopes is not None and x.size(-1) // slopes.numel() >= 16
+
+
 def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding: bool, dropout: bool,
                   documents: bool = False) -> str:
     """The kernel for this input. Padding to fold in needs the dense mask (sdpa). auto: flash
@@ -105,6 +112,9 @@ def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding:
     if requested == "auto":
         if unusable("flash", positions, x, dropout, documents) is None:
             return "flash"
+        if query_len > BLOCKED_ABOVE and flex_compiles(positions, x) and \
+                unusable("flex", positions, x, dropout, documents) is None:
+            return "flex"  # ALiBi on a GPU without flash-attn: no heads x T x S mask in memory
         if query_len > BLOCKED_ABOVE and unusable("blocked", positions, x, dropout, documents) is None:
             return "blocked"
         return "sdpa"

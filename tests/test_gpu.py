@@ -86,3 +86,20 @@ def test_alibi_in_fp16_at_3072_tokens_stays_close_to_fp32(kernel):
     tokens = packed(d, 3072, None)
     with torch.no_grad():
         assert relative_error(half(tokens)[0], reference(tokens)[0]) < TOLERANCE[torch.float16]
+
+
+def test_auto_evaluates_long_alibi_inputs_with_flex_on_a_gpu_without_flash_attention():
+    """Without flash-attn, auto takes compiled flex past 512 tokens (no dense mask), the dense
+    mask below; the logits are the reference path's either way."""
+    from fairseq_alibi.kernels import choose_kernel, flash_installed
+
+    if flash_installed() is None:
+        pytest.skip("flash-attn is installed here: auto takes flash")
+    reference, auto, d = pair("alibi", "auto", torch.float16, *HEAD_DIM_16)
+    x = torch.zeros(1, 1, 32, device="cuda", dtype=torch.float16)
+    dec = auto.decoder
+    assert choose_kernel("auto", dec.positions, x, 600, False, False) == "flex"
+    assert choose_kernel("auto", dec.positions, x, 512, False, False) == "sdpa"
+    with torch.no_grad():
+        tokens = packed(d, 1100, None)
+        assert relative_error(auto(tokens)[0], reference(tokens)[0]) < TOLERANCE[torch.float16]
