@@ -139,13 +139,16 @@ def test_hydra_configs_train(config, wt2_slice, tmp_path):
 def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slice, tmp_path):
     """scripts/experiment.py end to end at toy size, through examples/wikitext2/compare.sh: ALiBi
     with two seeds trained at L=16, scored at L and 2L, nonoverlapping and sliding, its three
-    scalings past L, the unigram floor; the table is mean ± std over the seeds. Run again,
-    nothing is trained or scored again; a finished run's checkpoint is left as it is."""
+    scalings past L, the unigram floor; the table is mean ± std over the seeds. The seeds run at
+    once (--parallel 2: a runner each, their rows merged); run again one at a time, nothing is
+    trained or scored again and a finished run's checkpoint is left as it is; --tables rebuilds
+    the same table from the rows alone."""
     out, checkpoints = tmp_path / "out", tmp_path / "checkpoints"
     command = ["examples/wikitext2/compare.sh", "--data", wt2_slice, "--train-length", "16", "--updates", "4",
                "--lengths", "16", "32", "--seeds", "1", "2", "--models", "alibi", "--out", out,
                "--checkpoints", checkpoints, "--train-flags", " ".join(["--max-tokens", "1024", *TOY])]
-    printed = run(command)
+    printed = run([*command, "--parallel", "2"])
+    assert printed.count("ended (") == 2 and "FAILED" not in printed
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     models = [r for r in rows if r["model"] != "unigram"]
     runs = {(r["label"], r["seed"], r["scaling"], r["l_valid"], r["stride_rule"]) for r in models}
@@ -172,6 +175,9 @@ def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slic
     assert f"| Unigram (add-one) | 1 | {unigram:.2f} | {unigram:.2f} |" in table
     for label in ("| ALiBi 16 |", "| ALiBi + linear interp. 16 |", "| ALiBi + NTK 16 |", "| ALiBi + dynamic NTK 16 |"):
         assert printed.count(label) == 2  # nonoverlapping and sliding tables
+    (out / "table_valid_stride0.md").unlink()
+    run([*command, "--tables"])
+    assert (out / "table_valid_stride0.md").read_text() == table
     for name in ("table_valid_stride_Lvalid_over_2.csv", "figure_valid_stride0.png", "figure_valid_stride_Lvalid_over_2.png"):
         assert (out / name).stat().st_size > 0
     # Again: nothing trained or scored again, nothing a finished run holds is touched.
