@@ -1,19 +1,22 @@
-"""scripts/eval.sh's worker: score one checkpoint at several (L_valid, stride) in one process.
+"""scripts/eval.sh's worker: check a checkpoint, then score it at every (L_valid, stride, scaling)
+in one process.
 
-    python3 scripts/evaluate.py CHECKPOINT DATA OUT.jsonl SPLIT LABEL MODEL TRAIN_LENGTH UPDATES SEED \
-        USER_OVERRIDES < JOBS [-- fairseq-eval-lm flags]
+    python3 scripts/evaluate.py CHECKPOINT DATA OUT.jsonl SPLIT LABEL "L_VALID..." "STRIDE..." \
+        "SCALING..." SCALING_FACTOR USER_OVERRIDES [-- fairseq-eval-lm flags]
 
-MODEL, TRAIN_LENGTH, UPDATES, SEED ("-": unknown): what eval.sh read from the checkpoint, recorded
-with each result, with the code's commit, the machine and the fields of $ROW_FIELDS (a JSON object).
-JOBS: one line per evaluation, tab-separated: L_valid, stride, stride rule, context window,
-scaling, scaling factor, the script's model overrides (a Python dict); USER_OVERRIDES (a dict, checked
-by eval.sh) are merged into each job's and win. eval.sh has checked everything.
-Each evaluation is fairseq-eval-lm's own (fairseq_cli.eval_lm.main, which returns the loss and
-perplexity); doing them in one process saves a Python, torch and fairseq start-up per length.
-One JSON line per evaluation is appended to OUT and printed.
+eval.sh has checked the form of the lengths, strides ("0", "S" or "/K") and factor ("" for the
+default). Before fairseq is imported, this reads what was trained from the checkpoint's own config
+(model, training length, updates, seed) and refuses, in one line, what cannot be scored: another
+dictionary, another kind of checkpoint, a fork checkpoint, a scaling the model does not take,
+USER_OVERRIDES (a Python dict, merged into each evaluation's overrides, winning) naming a field the
+config lacks, an OUT it cannot append to. Each evaluation is fairseq-eval-lm's own
+(fairseq_cli.eval_lm.main, which returns the loss and perplexity); doing them in one process saves
+a Python, torch and fairseq start-up per length. One JSON line per evaluation is appended to OUT
+and printed, with the code's commit, the machine and the fields of $ROW_FIELDS (a JSON object).
 """
 import ast
 import contextlib
+import difflib
 import io
 import json
 import logging
@@ -25,74 +28,192 @@ import tempfile
 import time
 import traceback
 
-
-# fairseq logs (and warns) to the console; keep each evaluation's log for an error message instead.
-# Set up before importing fairseq, whose CLI modules configure logging on import.
-log = io.StringIO()
-logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
-logging.captureWarnings(True)
-
-from fairseq import options  # noqa: E402
-from fairseq.data import Dictionary, data_utils  # noqa: E402
-from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
-from fairseq_cli import eval_lm  # noqa: E402
-
 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-argv = sys.argv[1:]
-extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-checkpoint, data, out, split, label, model_name, train_length, updates, seed, user_overrides = argv[:10]
-provenance = runpy.run_path(os.path.join(here, "fairseq_alibi", "provenance.py"))
-append_lines = runpy.run_path(os.path.join(here, "fairseq_alibi", "files.py"))["append_lines"]
-recorded = {"seed": None if seed == "-" else int(seed), "commit": provenance["commit"](),
-            "machine": provenance["machine"](), **json.loads(os.environ.get("ROW_FIELDS") or "{}")}
+SCALINGS = {"alibi": ("none", "linear", "ntk", "dynamic_ntk"), "rotary": ("none", "linear", "ntk", "yarn")}
 
-# Tokens scored: every token of the split once, whatever the window (what fairseq counts too).
-dictionary = Dictionary.load(os.path.join(data, "dict.txt"))
-split_data = data_utils.load_indexed_dataset(os.path.join(data, split), dictionary)  # memory-mapped:
-tokens = int(split_data.sizes.sum())  # its sizes live only as long as it does
 
-jobs = [line.rstrip("\n").split("\t") for line in sys.stdin]
-longest = max(int(job[0]) for job in jobs)
-if longest > tokens:  # fairseq would score the whole split as one shorter block, labelled L_valid
-    sys.exit(f"error: L_valid {longest} is longer than the {split} split ({tokens} tokens): nothing recorded; "
-             f"use lengths up to {tokens}")
-for l_valid, stride, stride_rule, context, scaling, factor, overrides in jobs:
-    overrides = str({**ast.literal_eval(overrides), **ast.literal_eval(user_overrides)})
-    log.seek(0)
-    log.truncate()
-    parser = options.get_eval_lm_parser()
-    with contextlib.redirect_stderr(log):  # argparse's usage text: one line is enough
-        try:
-            args = options.parse_args_and_arch(parser, [
-                data, "--user-dir", os.path.join(here, "fairseq_alibi"), "--path", checkpoint,
-                "--gen-subset", split, "--tokens-per-sample", l_valid, "--context-window", context,
-                "--max-tokens", str(max(int(l_valid), 16384)), "--model-overrides", overrides,
-                "--num-workers", "0", "--no-progress-bar", *extra])
-        except SystemExit:
-            sys.exit(f"error: fairseq-eval-lm {log.getvalue().strip().splitlines()[-1].split(': error: ')[-1]}")
-    start = time.perf_counter()
+def fail(message):
+    sys.exit(f"error: {message}")
+
+
+def trained(checkpoint, user_overrides):
+    """(model name, training length, whether its config has the method's scaling fields, updates,
+    seed) from the checkpoint's config; user_overrides (a dict's text) checked against it."""
+    import torch
+
+    recipes = runpy.run_path(os.path.join(here, "fairseq_alibi", "recipes.py"))
     try:
-        result = eval_lm.main(convert_namespace_to_omegaconf(args))
-    except SystemExit as e:  # the plugin's one-line configuration errors (base.ConfigError)
-        sys.exit(f"error: {e.code}" if isinstance(e.code, str) else e.code)
-    except Exception as e:  # noqa: BLE001  (whatever fairseq raises: one line, the rest in a file)
-        traceback.print_exc(file=log)
-        with tempfile.NamedTemporaryFile("w", suffix=".log", prefix="eval-lm.", delete=False) as saved:
-            saved.write(log.getvalue())
-        sys.exit(f"error: fairseq-eval-lm failed on {checkpoint} at L_valid {l_valid}: "
-                 f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''} "
-                 f"(full log: {saved.name})")
-    seconds = time.perf_counter() - start
-    loss, perplexity = float(result["loss"]), float(result["perplexity"])
-    if not math.isfinite(perplexity):
-        sys.exit(f"error: perplexity {perplexity} for {checkpoint}: its weights hold NaN or inf "
-                 "(a diverged run?); nothing recorded")
-    row = json.dumps({
-        "checkpoint": checkpoint, "label": label or None, "model": model_name, "train_length": int(train_length),
-        "updates": int(updates), "split": split, "l_valid": int(l_valid), "stride": int(stride),
-        "stride_rule": stride_rule, "scaling": scaling, "scaling_factor": float(factor) if scaling != "none" else None,
-        "loss_base2": loss, "perplexity": perplexity, "tokens": tokens, "seconds": round(seconds, 2),
-        "tokens_per_s": tokens / seconds, **recorded,
-    })
-    append_lines(out, [row])
-    print(row, flush=True)
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+        assert isinstance(state, dict) and ("cfg" in state or "args" in state)
+    except Exception:
+        fail(f"{checkpoint} is not a fairseq checkpoint")
+    other = recipes["wrong_kind"](state, checkpoint, "causal LM")  # a masked LM, a translation model
+    if other:
+        fail(other)
+    try:
+        cfg, history = state["cfg"], state.get("optimizer_history") or [{}]
+        model = cfg["model"]
+    except Exception:
+        fail(f"{checkpoint} is not a fairseq checkpoint")
+    try:
+        overrides = ast.literal_eval(user_overrides)
+        assert isinstance(overrides, dict)
+    except Exception:
+        fail(f"--model-overrides {user_overrides} is not a Python dict, e.g. \"{{'alibi_attention': 'sdpa'}}\"")
+    for key in overrides:
+        if key not in model:
+            close = difflib.get_close_matches(key, model.keys(), n=1)
+            fail(f"--model-overrides names {key!r}, which {checkpoint}'s model config lacks, so fairseq "
+                 "would ignore it" + (f": did you mean {close[0]!r}?" if close else ""))
+    # The paper's fork saves ALiBi models as transformer_lm: scored as they are, they are sinusoidal.
+    if "max_tokens" in model:
+        fail(f"{checkpoint} is a checkpoint of the paper's fork, which fairseq would score as sinusoidal: convert "
+             f"it first with python -m fairseq_alibi.convert_checkpoint {checkpoint} NEW.pt")
+    name = model["_name"]
+    method = name.split("_transformer_lm")[0]
+    seed = (cfg.get("common") or {}).get("seed")
+    return (name, int(cfg["task"]["tokens_per_sample"]), f"{method}_scaling" in model,
+            history[-1].get("num_updates", -1), seed, overrides)
+
+
+def check_scalings(checkpoint, name, has_scaling, scalings):
+    method = name.split("_transformer_lm")[0]
+    for scaling in scalings:
+        if scaling == "none":
+            continue
+        if method not in SCALINGS:
+            fail(f"SCALING applies to ALiBi and rotary checkpoints, {checkpoint} is {name}")
+        if scaling not in SCALINGS[method]:
+            fail(f"SCALING={scaling}: {'ALiBi' if method == 'alibi' else 'rotary'} takes {', '.join(SCALINGS[method][:-1])} "
+                 f"or {SCALINGS[method][-1]}")
+        if not has_scaling:  # fairseq silently ignores --model-overrides of fields a config lacks
+            if method == "alibi":
+                fail(f"{checkpoint} predates ALiBi scaling: add it with python -m fairseq_alibi.convert_checkpoint "
+                     f"{checkpoint} NEW.pt")
+            fail(f"{checkpoint} predates rotary scaling (no rotary_scaling in its config): retrain it with this version")
+
+
+def plan(name, train_length, lengths, strides, scalings, scaling_factor):
+    """One job per (scaling, L_valid, stride): L_valid, stride, its rule, the context window, the
+    scaling, its factor and the model overrides it takes."""
+    method = name.split("_transformer_lm")[0]
+    jobs = []
+    for scaling in scalings:
+        for l_valid in lengths:
+            # Without SCALING_FACTOR a scaling's factor is 1 up to the training length: the model unscaled.
+            if scaling != "none" and not scaling_factor and l_valid <= train_length:
+                continue
+            for rule in strides:  # a number, or /K for L_valid / K
+                stride = l_valid // int(rule[1:]) if rule.startswith("/") else int(rule)
+                context = 0 if stride == 0 else l_valid - stride
+                if context < 0:
+                    print(f"skipping stride {stride} > L_valid {l_valid}", file=sys.stderr)
+                    continue
+                factor = 1.0
+                if scaling == "none" and name.startswith("transformer_lm"):
+                    # Stock position-embedding models refuse lengths past their training length unless told.
+                    overrides = {"max_target_positions": 1000000}
+                elif scaling == "none":
+                    overrides = {}
+                else:
+                    default = 1.0 if scaling == "dynamic_ntk" else max(1.0, l_valid / train_length)
+                    factor = float(scaling_factor) if scaling_factor else default
+                    overrides = {f"{method}_scaling": scaling, f"{method}_scaling_factor": factor,
+                                 f"{method}_train_length": train_length}
+                jobs.append((l_valid, stride, f"L_valid{rule}" if rule.startswith("/") else rule, context, scaling,
+                             factor, overrides))
+    return jobs
+
+
+def main():
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    checkpoint, data, out, split, label, lengths, strides, scalings, scaling_factor, user_overrides = argv[:10]
+    lengths, strides, scalings = [int(x) for x in lengths.split()], strides.split(), scalings.split()
+    dictionaries = runpy.run_path(os.path.join(here, "fairseq_alibi", "dictionaries.py"))
+    problem = dictionaries["check"](checkpoint, data)
+    if problem:
+        fail(problem)
+    name, train_length, has_scaling, updates, seed, user = trained(checkpoint, user_overrides)
+    check_scalings(checkpoint, name, has_scaling, scalings)
+    try:
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out, "a"):
+            pass
+    except OSError:
+        fail(f"cannot append to {out} (a read-only place, or a directory?): give another OUT")
+    jobs = plan(name, train_length, lengths, strides, scalings, scaling_factor)
+    if jobs:
+        evaluate(jobs, checkpoint, data, out, split, label, name, train_length, updates, seed, user, extra)
+
+
+def evaluate(jobs, checkpoint, data, out, split, label, model_name, train_length, updates, seed, user_overrides, extra):
+    # fairseq logs (and warns) to the console; keep each evaluation's log for an error message
+    # instead. Set up before importing fairseq, whose CLI modules configure logging on import.
+    log = io.StringIO()
+    logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    logging.captureWarnings(True)
+
+    from fairseq import options
+    from fairseq.data import Dictionary, data_utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import eval_lm
+
+    provenance = runpy.run_path(os.path.join(here, "fairseq_alibi", "provenance.py"))
+    append_lines = runpy.run_path(os.path.join(here, "fairseq_alibi", "files.py"))["append_lines"]
+    recorded = {"seed": seed, "commit": provenance["commit"](), "machine": provenance["machine"](),
+                **json.loads(os.environ.get("ROW_FIELDS") or "{}")}
+
+    # Tokens scored: every token of the split once, whatever the window (what fairseq counts too).
+    dictionary = Dictionary.load(os.path.join(data, "dict.txt"))
+    split_data = data_utils.load_indexed_dataset(os.path.join(data, split), dictionary)  # memory-mapped:
+    tokens = int(split_data.sizes.sum())  # its sizes live only as long as it does
+
+    longest = max(job[0] for job in jobs)
+    if longest > tokens:  # fairseq would score the whole split as one shorter block, labelled L_valid
+        sys.exit(f"error: L_valid {longest} is longer than the {split} split ({tokens} tokens): nothing recorded; "
+                 f"use lengths up to {tokens}")
+    for l_valid, stride, stride_rule, context, scaling, factor, overrides in jobs:
+        overrides = str({**overrides, **user_overrides})
+        log.seek(0)
+        log.truncate()
+        parser = options.get_eval_lm_parser()
+        with contextlib.redirect_stderr(log):  # argparse's usage text: one line is enough
+            try:
+                args = options.parse_args_and_arch(parser, [
+                    data, "--user-dir", os.path.join(here, "fairseq_alibi"), "--path", checkpoint,
+                    "--gen-subset", split, "--tokens-per-sample", str(l_valid), "--context-window", str(context),
+                    "--max-tokens", str(max(l_valid, 16384)), "--model-overrides", overrides,
+                    "--num-workers", "0", "--no-progress-bar", *extra])
+            except SystemExit:
+                sys.exit(f"error: fairseq-eval-lm {log.getvalue().strip().splitlines()[-1].split(': error: ')[-1]}")
+        start = time.perf_counter()
+        try:
+            result = eval_lm.main(convert_namespace_to_omegaconf(args))
+        except SystemExit as e:  # the plugin's one-line configuration errors (base.ConfigError)
+            sys.exit(f"error: {e.code}" if isinstance(e.code, str) else e.code)
+        except Exception as e:  # noqa: BLE001  (whatever fairseq raises: one line, the rest in a file)
+            traceback.print_exc(file=log)
+            with tempfile.NamedTemporaryFile("w", suffix=".log", prefix="eval-lm.", delete=False) as saved:
+                saved.write(log.getvalue())
+            sys.exit(f"error: fairseq-eval-lm failed on {checkpoint} at L_valid {l_valid}: "
+                     f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''} "
+                     f"(full log: {saved.name})")
+        seconds = time.perf_counter() - start
+        loss, perplexity = float(result["loss"]), float(result["perplexity"])
+        if not math.isfinite(perplexity):
+            sys.exit(f"error: perplexity {perplexity} for {checkpoint}: its weights hold NaN or inf "
+                     "(a diverged run?); nothing recorded")
+        row = json.dumps({
+            "checkpoint": checkpoint, "label": label or None, "model": model_name, "train_length": train_length,
+            "updates": updates, "split": split, "l_valid": l_valid, "stride": stride,
+            "stride_rule": stride_rule, "scaling": scaling, "scaling_factor": factor if scaling != "none" else None,
+            "loss_base2": loss, "perplexity": perplexity, "tokens": tokens, "seconds": round(seconds, 2),
+            "tokens_per_s": tokens / seconds, **recorded,
+        })
+        append_lines(out, [row])
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
