@@ -63,14 +63,17 @@ def model_and_task(state):
 
 
 def checkpoint_summary(path):
-    """(architecture, training length, updates done) of a fairseq checkpoint."""
+    """(architecture, training length, updates done, the --max-update it was run with) of a fairseq
+    checkpoint."""
     import torch
 
     state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     model, task = model_and_task(state)
+    cfg = state.get("cfg") or {}
+    section = cfg.get("optimization") or cfg.get("model") or state.get("args")  # argparse era: all in one
     # _name is the --arch given (arch itself only in argparse-era configs)
     return (field(model, "arch") or field(model, "_name"), field(task, "tokens_per_sample"),
-            state["optimizer_history"][-1]["num_updates"])
+            state["optimizer_history"][-1]["num_updates"], field(section, "max_update") if section is not None else None)
 
 
 # What a checkpoint is, from its task, and the tool that scores each kind.
@@ -140,9 +143,10 @@ def record_flags(save_dir, flags):
         json.dump(flag_values(flags), f, indent=0, sort_keys=True)
 
 
-def other_flags(save_dir, last, max_update, flags):
+def other_flags(save_dir, then, max_update, flags):
     """None if the run in save_dir was started with these flags, else what differs, for a message.
-    A run from before RUN_FLAGS was kept is compared on its --max-update only (its checkpoint's)."""
+    A run from before RUN_FLAGS was kept is compared on its --max-update only (`then`: its
+    checkpoint's)."""
     import json
     import os
 
@@ -152,12 +156,6 @@ def other_flags(save_dir, last, max_update, flags):
             was = json.load(f)
         now = flag_values(flags)
     else:
-        import torch
-
-        state = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
-        cfg = state.get("cfg") or {}
-        section = cfg.get("optimization") or cfg.get("model") or state.get("args")  # argparse era: all in one
-        then = field(section, "max_update") if section is not None else None
         if then in (None, max_update):
             return None
         was, now = {"--max-update": str(then)}, {"--max-update": str(max_update)}
@@ -181,7 +179,7 @@ def run_status(save_dir, arch, length, max_update, other_ok=False, flags=None):
     if not os.path.isfile(last):
         return "new", 0
     try:
-        done_arch, done_length, done_updates = checkpoint_summary(last)
+        done_arch, done_length, done_updates, done_max_update = checkpoint_summary(last)
     except Exception:  # noqa: BLE001  (whatever torch or a truncated file raises)
         raise RunConflict(f"{last} is unreadable: move it away or choose another SAVE_DIR") from None
     if other_ok:
@@ -189,7 +187,7 @@ def run_status(save_dir, arch, length, max_update, other_ok=False, flags=None):
     elif arch is not None and (done_arch, done_length) != (arch, length):
         raise RunConflict(f"{save_dir} holds another run ({done_arch} at L={done_length}, {done_updates} updates), "
                           f"not {arch} at L={length}: choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one")
-    elif flags is not None and (differ := other_flags(save_dir, last, max_update, flags)):
+    elif flags is not None and (differ := other_flags(save_dir, done_max_update, max_update, flags)):
         raise RunConflict(f"{save_dir} holds a run ({done_updates} updates) started with other flags ({differ}): "
                           "choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one with these")
     return ("finished" if done_updates >= max_update else "resume"), done_updates
