@@ -94,11 +94,14 @@ def unusable(kernel: str, positions, x: Tensor, dropout: bool, documents: bool =
     return why_not
 
 
+FLEX_MIN_HEAD_DIM = 16  # PyTorch's compiled FlexAttention refuses narrower heads
+
+
 def flex_compiles(positions, x: Tensor) -> bool:
-    """Whether compiled FlexAttention can take ALiBi here: a CUDA input, heads of dimension 16 and
-    up (x: the layer input, T x B x C, C = heads x head dim)."""
+    """Whether compiled FlexAttention can take ALiBi here: a CUDA input, heads of dimension
+    FLEX_MIN_HEAD_DIM and up (x: the layer input, T x B x C, C = heads x head dim)."""
     slopes = positions.linear_slopes
-    return x.is_cuda and slopes is not None and x.size(-1) // slopes.numel() >= 16
+    return x.is_cuda and slopes is not None and x.size(-1) // slopes.numel() >= FLEX_MIN_HEAD_DIM
 
 
 def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding: bool, dropout: bool,
@@ -299,8 +302,8 @@ def flex_alibi_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Optional[Tenso
             _flex_block_mask = (key, create_block_mask(causal, None, None, q.size(2), k.size(2), device=q.device))
         block_mask = _flex_block_mask[1]
     score_mod = alibi_score if slopes is not None else None
-    if q.is_cuda and q.size(-1) < 16:
-        warn_once(f"attention kernel flex: PyTorch compiles FlexAttention for heads of dimension 16 and up, "
+    if q.is_cuda and q.size(-1) < FLEX_MIN_HEAD_DIM:
+        warn_once(f"attention kernel flex: PyTorch compiles FlexAttention for heads of dimension {FLEX_MIN_HEAD_DIM} and up, "
                   f"not {q.size(-1)}: running it uncompiled (it materializes the scores; sdpa is faster)")
     elif q.is_cuda:
         if _compiled_flex is None:

@@ -35,6 +35,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 recipes = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "recipes.py"))
 provenance = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "provenance.py"))
+append_lines = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))["append_lines"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +274,6 @@ class Runner:
         print(printed)
         print(f"== {self.name} done in {duration(time.time() - start)}: tables and figures in {self.out}")
 
-
     def run_in_turn(self, jobs, start):
         worked = []  # seconds of the jobs that did work (for the estimate)
         for number, (model, seed) in enumerate(jobs, 1):
@@ -328,8 +328,7 @@ class Runner:
         new = [json.dumps(r) for r in read_rows(part_results)
                if r.get("model") != "unigram" and json.dumps(r, sort_keys=True) not in have]
         if new:
-            with open(self.results, "a") as f:
-                f.write("".join(line + "\n" for line in new))
+            append_lines(self.results, new)
 
 
 @contextlib.contextmanager
