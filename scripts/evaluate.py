@@ -13,9 +13,14 @@ config lacks, an OUT it cannot append to. Each evaluation is fairseq-eval-lm's o
 (fairseq_cli.eval_lm.main, which returns the loss and perplexity); doing them in one process saves
 a Python, torch and fairseq start-up per length. One JSON line per evaluation is appended to OUT
 and printed, with the code's commit, the machine and the fields of $ROW_FIELDS (a JSON object).
+
+From Python, score(scorings, data) checks several checkpoints (Scoring: each with its own OUT,
+label, lengths, strides and scalings) before scoring any, then scores them all in one process
+(examples/wikitext2/score_conversion.py: fourteen checkpoints).
 """
 import ast
 import contextlib
+import dataclasses
 import difflib
 import io
 import json
@@ -125,29 +130,52 @@ def plan(name, train_length, lengths, strides, scalings, scaling_factor):
     return jobs
 
 
+@dataclasses.dataclass
+class Scoring:
+    """One checkpoint to score: at each L_valid x stride x scaling, rows appended to out."""
+    checkpoint: str
+    out: str
+    lengths: tuple
+    label: str = ""
+    strides: tuple = ("0",)
+    scalings: tuple = ("none",)
+    scaling_factor: str = ""  # "" for each scaling's default
+    user_overrides: str = "{}"  # a Python dict's text
+    show: bool = True  # print each row as well as appending it
+
+
+def score(scorings, data, split="valid", extra=()):
+    """Check every scoring (before anything is appended anywhere), then score them all in one process."""
+    dictionaries = runpy.run_path(os.path.join(here, "fairseq_alibi", "dictionaries.py"))
+    planned = []
+    for s in scorings:
+        problem = dictionaries["check"](s.checkpoint, data)
+        if problem:
+            fail(problem)
+        name, train_length, has_scaling, updates, seed, user = trained(s.checkpoint, s.user_overrides)
+        check_scalings(s.checkpoint, name, has_scaling, s.scalings)
+        try:
+            os.makedirs(os.path.dirname(s.out) or ".", exist_ok=True)
+            with open(s.out, "a"):
+                pass
+        except OSError:
+            fail(f"cannot append to {s.out} (a read-only place, or a directory?): give another OUT")
+        jobs = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor)
+        if jobs:
+            planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show))
+    if planned:
+        evaluate(planned, data, split, list(extra))
+
+
 def main():
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     checkpoint, data, out, split, label, lengths, strides, scalings, scaling_factor, user_overrides = argv[:10]
-    lengths, strides, scalings = [int(x) for x in lengths.split()], strides.split(), scalings.split()
-    dictionaries = runpy.run_path(os.path.join(here, "fairseq_alibi", "dictionaries.py"))
-    problem = dictionaries["check"](checkpoint, data)
-    if problem:
-        fail(problem)
-    name, train_length, has_scaling, updates, seed, user = trained(checkpoint, user_overrides)
-    check_scalings(checkpoint, name, has_scaling, scalings)
-    try:
-        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-        with open(out, "a"):
-            pass
-    except OSError:
-        fail(f"cannot append to {out} (a read-only place, or a directory?): give another OUT")
-    jobs = plan(name, train_length, lengths, strides, scalings, scaling_factor)
-    if jobs:
-        evaluate(jobs, checkpoint, data, out, split, label, name, train_length, updates, seed, user, extra)
+    score([Scoring(checkpoint, out, [int(x) for x in lengths.split()], label, strides.split(), scalings.split(),
+                   scaling_factor, user_overrides)], data, split, extra)
 
 
-def evaluate(jobs, checkpoint, data, out, split, label, model_name, train_length, updates, seed, user_overrides, extra):
+def evaluate(planned, data, split, extra):
     # fairseq logs (and warns) to the console; keep each evaluation's log for an error message
     # instead. Set up before importing fairseq, whose CLI modules configure logging on import.
     log = io.StringIO()
@@ -161,7 +189,7 @@ def evaluate(jobs, checkpoint, data, out, split, label, model_name, train_length
 
     provenance = runpy.run_path(os.path.join(here, "fairseq_alibi", "provenance.py"))
     append_lines = runpy.run_path(os.path.join(here, "fairseq_alibi", "files.py"))["append_lines"]
-    recorded = {"seed": seed, "commit": provenance["commit"](), "machine": provenance["machine"](),
+    recorded = {"commit": provenance["commit"](), "machine": provenance["machine"](),
                 **json.loads(os.environ.get("ROW_FIELDS") or "{}")}
 
     # Tokens scored: every token of the split once, whatever the window (what fairseq counts too).
@@ -169,50 +197,52 @@ def evaluate(jobs, checkpoint, data, out, split, label, model_name, train_length
     split_data = data_utils.load_indexed_dataset(os.path.join(data, split), dictionary)  # memory-mapped:
     tokens = int(split_data.sizes.sum())  # its sizes live only as long as it does
 
-    longest = max(job[0] for job in jobs)
+    longest = max(job[0] for jobs, *_ in planned for job in jobs)
     if longest > tokens:  # fairseq would score the whole split as one shorter block, labelled L_valid
         sys.exit(f"error: L_valid {longest} is longer than the {split} split ({tokens} tokens): nothing recorded; "
                  f"use lengths up to {tokens}")
-    for l_valid, stride, stride_rule, context, scaling, factor, overrides in jobs:
-        overrides = str({**overrides, **user_overrides})
-        log.seek(0)
-        log.truncate()
-        parser = options.get_eval_lm_parser()
-        with contextlib.redirect_stderr(log):  # argparse's usage text: one line is enough
+    for jobs, checkpoint, out, label, model_name, train_length, updates, seed, user_overrides, show in planned:
+        for l_valid, stride, stride_rule, context, scaling, factor, overrides in jobs:
+            overrides = str({**overrides, **user_overrides})
+            log.seek(0)
+            log.truncate()
+            parser = options.get_eval_lm_parser()
+            with contextlib.redirect_stderr(log):  # argparse's usage text: one line is enough
+                try:
+                    args = options.parse_args_and_arch(parser, [
+                        data, "--user-dir", os.path.join(here, "fairseq_alibi"), "--path", checkpoint,
+                        "--gen-subset", split, "--tokens-per-sample", str(l_valid), "--context-window", str(context),
+                        "--max-tokens", str(max(l_valid, 16384)), "--model-overrides", overrides,
+                        "--num-workers", "0", "--no-progress-bar", *extra])
+                except SystemExit:
+                    sys.exit(f"error: fairseq-eval-lm {log.getvalue().strip().splitlines()[-1].split(': error: ')[-1]}")
+            start = time.perf_counter()
             try:
-                args = options.parse_args_and_arch(parser, [
-                    data, "--user-dir", os.path.join(here, "fairseq_alibi"), "--path", checkpoint,
-                    "--gen-subset", split, "--tokens-per-sample", str(l_valid), "--context-window", str(context),
-                    "--max-tokens", str(max(l_valid, 16384)), "--model-overrides", overrides,
-                    "--num-workers", "0", "--no-progress-bar", *extra])
-            except SystemExit:
-                sys.exit(f"error: fairseq-eval-lm {log.getvalue().strip().splitlines()[-1].split(': error: ')[-1]}")
-        start = time.perf_counter()
-        try:
-            result = eval_lm.main(convert_namespace_to_omegaconf(args))
-        except SystemExit as e:  # the plugin's one-line configuration errors (base.ConfigError)
-            sys.exit(f"error: {e.code}" if isinstance(e.code, str) else e.code)
-        except Exception as e:  # noqa: BLE001  (whatever fairseq raises: one line, the rest in a file)
-            traceback.print_exc(file=log)
-            with tempfile.NamedTemporaryFile("w", suffix=".log", prefix="eval-lm.", delete=False) as saved:
-                saved.write(log.getvalue())
-            sys.exit(f"error: fairseq-eval-lm failed on {checkpoint} at L_valid {l_valid}: "
-                     f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''} "
-                     f"(full log: {saved.name})")
-        seconds = time.perf_counter() - start
-        loss, perplexity = float(result["loss"]), float(result["perplexity"])
-        if not math.isfinite(perplexity):
-            sys.exit(f"error: perplexity {perplexity} for {checkpoint}: its weights hold NaN or inf "
-                     "(a diverged run?); nothing recorded")
-        row = json.dumps({
-            "checkpoint": checkpoint, "label": label or None, "model": model_name, "train_length": train_length,
-            "updates": updates, "split": split, "l_valid": l_valid, "stride": stride,
-            "stride_rule": stride_rule, "scaling": scaling, "scaling_factor": factor if scaling != "none" else None,
-            "loss_base2": loss, "perplexity": perplexity, "tokens": tokens, "seconds": round(seconds, 2),
-            "tokens_per_s": tokens / seconds, **recorded,
-        })
-        append_lines(out, [row])
-        print(row, flush=True)
+                result = eval_lm.main(convert_namespace_to_omegaconf(args))
+            except SystemExit as e:  # the plugin's one-line configuration errors (base.ConfigError)
+                sys.exit(f"error: {e.code}" if isinstance(e.code, str) else e.code)
+            except Exception as e:  # noqa: BLE001  (whatever fairseq raises: one line, the rest in a file)
+                traceback.print_exc(file=log)
+                with tempfile.NamedTemporaryFile("w", suffix=".log", prefix="eval-lm.", delete=False) as saved:
+                    saved.write(log.getvalue())
+                sys.exit(f"error: fairseq-eval-lm failed on {checkpoint} at L_valid {l_valid}: "
+                         f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''} "
+                         f"(full log: {saved.name})")
+            seconds = time.perf_counter() - start
+            loss, perplexity = float(result["loss"]), float(result["perplexity"])
+            if not math.isfinite(perplexity):
+                sys.exit(f"error: perplexity {perplexity} for {checkpoint}: its weights hold NaN or inf "
+                         "(a diverged run?); nothing recorded")
+            row = json.dumps({
+                "checkpoint": checkpoint, "label": label or None, "model": model_name, "train_length": train_length,
+                "updates": updates, "split": split, "l_valid": l_valid, "stride": stride,
+                "stride_rule": stride_rule, "scaling": scaling, "scaling_factor": factor if scaling != "none" else None,
+                "loss_base2": loss, "perplexity": perplexity, "tokens": tokens, "seconds": round(seconds, 2),
+                "tokens_per_s": tokens / seconds, "seed": seed, **recorded,
+            })
+            append_lines(out, [row])
+            if show:
+                print(row, flush=True)
 
 
 if __name__ == "__main__":

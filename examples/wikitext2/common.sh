@@ -13,6 +13,8 @@ L=${L:-64}
 UPDATES=${UPDATES:-1400}
 L_VALID=${L_VALID:-"$L $((2 * L)) $((4 * L)) $((8 * L)) $((16 * L))"}
 SLIDING=${SLIDING:-0}
+strides=0  # scripts/eval.sh STRIDE: nonoverlapping, and sliding by L_valid/2 if SLIDING=1
+[ "$SLIDING" = 1 ] && strides="0 /2"
 read -r -a train_flags <<< "${TRAIN_FLAGS:-}"
 
 data=${DATA:-}
@@ -37,7 +39,5 @@ train() {  # METHOD SAVE_DIR [fairseq-train flags]: the small preset at L; log a
 }
 
 evaluate() {  # CHECKPOINT OUT.jsonl: at each L_VALID (and sliding, stride L_valid/2, if SLIDING=1)
-  local strides=0
-  [ "$SLIDING" = 1 ] && strides="0 /2"
   scripts/eval.sh "$1" "$data" "$2" "$L_VALID" "$strides"
 }

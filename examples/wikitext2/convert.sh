@@ -47,31 +47,9 @@ scratch=$CHECKPOINTS/alibi-L$L
 total=$((UPDATES + FINETUNE))
 train alibi "$scratch" --max-update "$total" "${keep_every[@]}"
 
-echo "== evaluating at L_valid = $L_VALID"
-checkpoint_at() {  # SAVE_DIR UPDATES: the interval checkpoint saved after that many updates
-  local found
-  found=$(ls "$1"/checkpoint_*_"$2".pt 2>/dev/null | head -n 1)
-  [ -n "$found" ] || { echo "error: no checkpoint after $2 updates in $1 (is $2 a multiple of EVERY=$EVERY?)" >&2; exit 1; }
-  echo "$found"
-}
-LABEL="Sinusoidal teacher ($UPDATES)" evaluate "$teacher" "$OUT/results.jsonl"
-LABEL="Converted, not fine-tuned" evaluate "$converted" "$OUT/results.jsonl"
-LABEL="Converted + $FINETUNE CE" evaluate "$ce/checkpoint_last.pt" "$OUT/results.jsonl"
-LABEL="Converted + $FINETUNE distill" evaluate "$kd/checkpoint_last.pt" "$OUT/results.jsonl"
-LABEL="Sinusoidal teacher continued (+ $FINETUNE)" evaluate "$continued/checkpoint_last.pt" "$OUT/results.jsonl"
-scratch_early=$(checkpoint_at "$scratch" "$UPDATES")  # an assignment, so that set -e sees its failure
-LABEL="ALiBi from scratch ($UPDATES)" evaluate "$scratch_early" "$OUT/results.jsonl"
-LABEL="ALiBi from scratch ($total)" evaluate "$scratch/checkpoint_last.pt" "$OUT/results.jsonl"
-
-echo "== recovery curve: every $EVERY updates, at L_valid = $L"
-for run in ce:"$ce" distill:"$kd" continued:"$continued" scratch:"$scratch"; do
-  for ckpt in "${run#*:}"/checkpoint_*_*.pt; do
-    LABEL=${run%%:*} L_VALID=$L evaluate "$ckpt" "$OUT/recovery.jsonl" > /dev/null
-  done
-done
-LABEL=converted L_VALID=$L evaluate "$converted" "$OUT/recovery.jsonl" > /dev/null
-LABEL=teacher L_VALID=$L evaluate "$teacher" "$OUT/recovery.jsonl" > /dev/null
-
+python3 examples/wikitext2/score_conversion.py "$data" "$OUT" --length "$L" --lengths "$L_VALID" --strides "$strides" \
+  --updates "$UPDATES" --finetune "$FINETUNE" --every "$EVERY" --teacher "$teacher" --converted "$converted" \
+  --ce "$ce" --distill "$kd" --continued "$continued" --scratch "$scratch"
 python3 scripts/results.py "$OUT/results.jsonl" --out "$OUT"
 python3 examples/wikitext2/recovery.py "$OUT/recovery.jsonl" --out "$OUT"
 python3 examples/wikitext2/generate.py --prompt $((L / 2)) --new "$L" "$data" "$teacher" "$converted" "$ce/checkpoint_last.pt" \
