@@ -154,15 +154,16 @@ def score(scorings, data, split="valid", extra=()):
             fail(problem)
         name, train_length, has_scaling, updates, seed, user = trained(s.checkpoint, s.user_overrides)
         check_scalings(s.checkpoint, name, has_scaling, s.scalings)
-        try:
-            os.makedirs(os.path.dirname(s.out) or ".", exist_ok=True)
-            with open(s.out, "a"):
-                pass
-        except OSError:
-            fail(f"cannot append to {s.out} (a read-only place, or a directory?): give another OUT")
         jobs = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor)
         if jobs:
             planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show))
+    for out in dict.fromkeys(s.out for s in scorings):  # every checkpoint checked: now the files
+        try:
+            os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+            with open(out, "a"):
+                pass
+        except OSError:
+            fail(f"cannot append to {out} (a read-only place, or a directory?): give another OUT")
     if planned:
         evaluate(planned, data, split, list(extra))
 

@@ -5,6 +5,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -330,6 +331,35 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
         assert "L_valid 100000 is longer than the valid split" in last
     if case == "out_is_a_directory":
         assert "cannot append to" in last and "d.jsonl" in last
+
+
+def score_many(scorings, data):
+    """scripts/evaluate.py's score() on (checkpoint, out, lengths, label) tuples, in a process of its own."""
+    code = ("import runpy, sys; e = runpy.run_path('scripts/evaluate.py'); "
+            f"e['score']([e['Scoring'](c, o, l, label) for c, o, l, label in {[tuple(map(str, s[:2])) + tuple(s[2:]) for s in scorings]!r}], {str(data)!r})")
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+
+
+def test_several_checkpoints_in_one_process_score_as_eval_script_does_and_are_all_checked_first(
+        toy_checkpoint, sinusoidal_checkpoint, wt2_slice, tmp_path):
+    alone = tmp_path / "alone.jsonl"
+    assert eval_script(sinusoidal_checkpoint, wt2_slice, alone, "32").returncode == 0
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    proc = score_many([(toy_checkpoint, first, [16, 32], "toy"), (sinusoidal_checkpoint, second, [32], "twin")], wt2_slice)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in first.read_text().splitlines()]
+    assert [(r["label"], r["l_valid"]) for r in rows] == [("toy", 16), ("toy", 32)]
+    (twin,) = [json.loads(line) for line in second.read_text().splitlines()]
+    (reference,) = [json.loads(line) for line in alone.read_text().splitlines()]
+    assert twin["label"] == "twin" and twin["perplexity"] == reference["perplexity"]
+    # A bad checkpoint anywhere in the list: refused in one line before anything is scored or written.
+    bad = tmp_path / "not-a-checkpoint.pt"
+    bad.write_text("hello")
+    untouched = tmp_path / "untouched.jsonl"
+    proc = score_many([(toy_checkpoint, untouched, [16], "toy"), (bad, second, [16], "bad")], wt2_slice)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and str(bad) in proc.stderr
+    assert not untouched.exists() and len(second.read_text().splitlines()) == 1
 
 
 def test_eval_script_on_a_full_disk_says_so_and_keeps_the_result_in_its_message(toy_checkpoint, wt2_slice, tmp_path):
