@@ -21,13 +21,15 @@ def build_model(arch, vocab_size, flags=(), task="language_modeling"):
 
 def load_checkpoint(path, data, kind=None):
     """(model in eval mode, cfg, task) of a fairseq checkpoint, its task's data at `data`; a file
-    that is not one, or (kind: a recipes.KINDS value) one of another kind, stops with one line
-    naming it and the tool that takes it (the evaluation scripts)."""
+    that is not one, one trained on another dictionary than data's, or (kind: a recipes.KINDS
+    value) one of another kind, stops with one line naming it and the tool that takes it (the
+    evaluation scripts)."""
     import pickle
 
     import torch
     from fairseq import checkpoint_utils
 
+    from .dictionaries import check
     from .recipes import wrong_kind
 
     if kind:
@@ -38,6 +40,9 @@ def load_checkpoint(path, data, kind=None):
             other = f"{path} could not be loaded as a fairseq checkpoint ({type(error).__name__})"
         if other:
             raise SystemExit(f"error: {other}")
+    other_dictionary = check(path, data)
+    if other_dictionary:
+        raise SystemExit(f"error: {other_dictionary}")
 
     try:
         (model,), cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})

@@ -31,11 +31,23 @@ def inference_only_flag(argv):
     return next((a.split("=")[0] for a in argv if a.split("=")[0] in flags), None)
 
 
+def refuse_common_mistakes(tool):
+    """Exit with one line on a mistake fairseq would answer with a traceback (mistakes.py)."""
+    import torch
+
+    from .mistakes import common_mistake
+
+    mistake = common_mistake(tool, sys.argv[1:], torch.cuda.device_count())
+    if mistake:
+        sys.exit(f"fairseq-alibi-{tool.replace('_', '-')}: {mistake}")
+
+
 def train():
     flag = inference_only_flag(sys.argv[1:])
     if flag:  # a model trained with scaled slopes or angles, then scored as if it had none
         sys.exit(f"fairseq-alibi-train: {flag} is for evaluation (scripts/eval.sh SCALING=, or "
                  "--model-overrides), not training: drop it")
+    refuse_common_mistakes("train")
     _run("train")
 
 
@@ -53,6 +65,7 @@ def eval_lm():
             other = wrong_kind(torch.load(path, map_location="cpu", weights_only=False, mmap=True), path, "causal LM")
             if other:
                 sys.exit(f"fairseq-alibi-eval-lm: {other}")
+    refuse_common_mistakes("eval_lm")
     _run("eval_lm")
 
 

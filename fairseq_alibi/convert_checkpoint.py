@@ -28,6 +28,7 @@ from .alibi_lm import AlibiTransformerLanguageModelConfig
 from . import dictionaries
 from .base import ConfigError
 from .files import written_whole
+from .recipes import checkpoint_kind
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,11 @@ def source_positions(model_cfg) -> str:
 
 def convert_state(state, replace_positions=False, name="checkpoint"):
     """Return the converted checkpoint dict (the input is modified in place)."""
+    if state.get("cfg") is not None or state.get("args") is not None:
+        kind = checkpoint_kind(state)  # a masked LM's or translation model's config is a Namespace
+        if kind != "causal LM":
+            raise ConfigError(f"{name} is {'an' if kind[0] in 'aeiou' else 'a'} {kind} checkpoint: only causal "
+                              "language models (transformer_lm) are converted")
     cfg = state.get("cfg")
     if cfg is None and state.get("args") is not None:  # checkpoints from argparse-era fairseq
         from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -124,14 +130,14 @@ def main(argv=None):
     if not isinstance(state, dict):
         raise ConfigError(f"{args.source} is not a fairseq checkpoint (a {type(state).__name__})")
     converted = convert_state(state, replace_positions=args.replace_positions, name=args.source)
-    try:  # a failed write (a full disk) leaves no truncated checkpoint
-        with written_whole(args.target) as partial:
+    with written_whole(args.target) as partial:  # a failed write (a full disk) leaves no truncated checkpoint
+        try:
             torch.save(converted, partial)
-    except OSError as e:
-        raise ConfigError(f"could not write {args.target} ({e.strerror}): nothing was written")
+        except RuntimeError as e:  # torch's zip writer reports a full disk so
+            raise OSError(28, f"torch.save: {str(e).strip().splitlines()[0]}")
     kept = dictionaries.checkpoint_dictionary(args.source)
     if kept:  # the converted model reads the same words: its dictionary goes beside it too
-        other = dictionaries.keep(os.path.dirname(kept), os.path.dirname(os.path.abspath(args.target)))
+        other = dictionaries.keep(kept, os.path.dirname(os.path.abspath(args.target)))
         if other:
             logger.warning("not kept beside %s: %s", args.target, other)
     print(f"wrote {args.target}: load it with --user-dir fairseq_alibi (no --model-overrides needed)")

@@ -3,11 +3,12 @@ shell scripts ask it cheaply (python3 fairseq_alibi/dictionaries.py ...).
 
 fairseq checkpoints do not hold their dictionary: it is read from the data directory, so a model
 scored or fine-tuned on another corpus's dictionary of the same size reads every token as another
-word, silently. scripts/train.sh keeps a copy of the training data's dict.txt beside the
-checkpoints (as fairseq's released models ship theirs), and the tools compare words, not counts.
+word, silently. scripts/train.sh and train_once.sh keep a copy of the training data's dictionaries
+(dict.txt; a translation task's dict.src.txt, dict.tgt.txt) beside the checkpoints (as fairseq's
+released models ship theirs), and the tools compare words, not counts.
 
     python3 fairseq_alibi/dictionaries.py check CHECKPOINT DATA_DIR     # exit 1 with one line if they differ
-    python3 fairseq_alibi/dictionaries.py keep DATA_DIR SAVE_DIR        # copy dict.txt into SAVE_DIR (refuse another)
+    python3 fairseq_alibi/dictionaries.py keep DATA_DIR SAVE_DIR        # copy its dict*.txt into SAVE_DIR (refuse another)
 """
 import os
 import runpy
@@ -44,35 +45,48 @@ def difference(kept: str, data: str) -> Optional[str]:
     return None
 
 
+def dictionary_files(directory: str) -> List[str]:
+    """The fairseq dictionaries of a data or save directory, by name: dict.txt (a language model's),
+    dict.src.txt and dict.tgt.txt (a translation task's, one per language)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(n for n in os.listdir(directory) if n.startswith("dict") and n.endswith(".txt"))
+
+
 def checkpoint_dictionary(checkpoint: str) -> Optional[str]:
-    """The dict.txt kept beside a checkpoint, if any."""
-    path = os.path.join(os.path.dirname(os.path.abspath(checkpoint)), "dict.txt")
-    return path if os.path.isfile(path) else None
+    """The directory holding the dictionaries kept beside a checkpoint, if it has any."""
+    directory = os.path.dirname(os.path.abspath(checkpoint))
+    return directory if dictionary_files(directory) else None
 
 
 def check(checkpoint: str, data: str) -> Optional[str]:
-    """None if CHECKPOINT may read DATA's tokens (same words, or no dictionary kept beside it),
-    else the one-line reason."""
+    """None if CHECKPOINT may read DATA's tokens (the same words in each dictionary kept beside it,
+    or none kept), else the one-line reason."""
     kept = checkpoint_dictionary(checkpoint)
-    if kept is None:
-        return None
-    why = difference(kept, os.path.join(data, "dict.txt"))
-    if why:
-        return (f"{checkpoint} was trained on another dictionary than {data}'s ({why}): give the data "
-                "it was trained on")
+    for name in dictionary_files(kept) if kept else ():
+        if not os.path.isfile(os.path.join(data, name)):
+            return (f"{checkpoint} was trained on data with {name}, which {data} lacks: give the data it was "
+                    "trained on")
+        why = difference(os.path.join(kept, name), os.path.join(data, name))
+        if why:
+            return (f"{checkpoint} was trained on another dictionary than {data}'s ({why.replace('dict.txt', name)}): "
+                    "give the data it was trained on")
     return None
 
 
 def keep(data: str, save_dir: str) -> Optional[str]:
-    """Copy DATA's dict.txt into SAVE_DIR (through a temporary name); None if done or already
-    there, else why not (SAVE_DIR holds another dictionary)."""
-    source, target = os.path.join(data, "dict.txt"), os.path.join(save_dir, "dict.txt")
-    if os.path.isfile(target):
-        why = difference(target, source)
-        return (f"{save_dir} holds a run on another dictionary than {data}'s ({why}): give its own data, "
-                "or another SAVE_DIR") if why else None
-    with written_whole(target) as partial:
-        shutil.copyfile(source, partial)
+    """Copy DATA's dictionaries into SAVE_DIR (each through a temporary name); None if done or
+    already there, else why not (SAVE_DIR holds another dictionary)."""
+    for name in dictionary_files(data):
+        source, target = os.path.join(data, name), os.path.join(save_dir, name)
+        if os.path.isfile(target):
+            why = difference(target, source)
+            if why:
+                return (f"{save_dir} holds a run on another dictionary than {data}'s ({why.replace('dict.txt', name)}): "
+                        "give its own data, or another SAVE_DIR")
+            continue
+        with written_whole(target) as partial:
+            shutil.copyfile(source, partial)
     return None
 
 

@@ -10,22 +10,46 @@ import os
 def written_whole(target):
     """Yield a temporary path beside `target` to write to; when the block ends it is renamed onto
     target. If the block fails (an error, a full disk, Ctrl-C) it is removed instead: target keeps
-    its previous content (or stays absent) and no partial file is left behind."""
+    its previous content (or stays absent) and no partial file is left behind. A disk that refuses
+    (full, read-only) ends the program with one line saying so."""
     partial = f"{target}.part"
     try:
         yield partial
         os.replace(partial, target)
+    except OSError as e:
+        raise SystemExit(f"error: could not write {target} ({e.strerror or e}): "
+                         f"{'its previous version is kept' if os.path.exists(target) else 'nothing was written'}")
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(partial)
 
 
+def append_problem(path):
+    """None if result lines could be appended to path, else why not; creates nothing (a refused
+    run leaves no empty OUT behind). A disk that fills later is append_lines' to report."""
+    if os.path.isdir(path):
+        return f"{path} is a directory"
+    if os.path.exists(path):
+        return None if os.access(path, os.W_OK) else f"{path} is read-only"
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):  # append_lines creates the missing directories
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        return f"{path} cannot be created ({parent} is not a writable directory)"
+    return None
+
+
 def append_lines(path, lines):
-    """Append result lines (JSON rows) to path. If the disk refuses (full, read-only), exit with one
-    line that carries the lines themselves: a result that took minutes is never lost unseen."""
+    """Append result lines (JSON rows) to path (its directory made if missing). If the disk refuses
+    (full, read-only), exit with one line that carries the lines themselves: a result that took
+    minutes is never lost unseen."""
+    existed = os.path.exists(path)
     try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "a") as f:
             f.write("".join(line + "\n" for line in lines))
     except OSError as e:
+        if not existed and os.path.isfile(path) and os.path.getsize(path) == 0:
+            os.remove(path)  # ours, and empty: no empty OUT left behind
         raise SystemExit(f"error: could not append to {path} ({e.strerror or e}); the result, to keep by hand: "
                          + " ".join(lines))

@@ -99,20 +99,22 @@ def check_scalings(checkpoint, name, has_scaling, scalings):
 
 
 def plan(name, train_length, lengths, strides, scalings, scaling_factor):
-    """One job per (scaling, L_valid, stride): L_valid, stride, its rule, the context window, the
-    scaling, its factor and the model overrides it takes."""
+    """(jobs, skipped): one job per (scaling, L_valid, stride): L_valid, stride, its rule, the context
+    window, the scaling, its factor and the model overrides it takes; and why any was left out."""
     method = name.split("_transformer_lm")[0]
-    jobs = []
+    jobs, skipped = [], []
     for scaling in scalings:
         for l_valid in lengths:
             # Without SCALING_FACTOR a scaling's factor is 1 up to the training length: the model unscaled.
             if scaling != "none" and not scaling_factor and l_valid <= train_length:
+                skipped.append(f"SCALING={scaling} applies past the training length {train_length} only "
+                               "(give a longer L_valid, or SCALING_FACTOR)")
                 continue
             for rule in strides:  # a number, or /K for L_valid / K
                 stride = l_valid // int(rule[1:]) if rule.startswith("/") else int(rule)
                 context = 0 if stride == 0 else l_valid - stride
                 if context < 0:
-                    print(f"skipping stride {stride} > L_valid {l_valid}", file=sys.stderr)
+                    skipped.append(f"stride {stride} > L_valid {l_valid}")
                     continue
                 factor = 1.0
                 if scaling == "none" and name.startswith("transformer_lm"):
@@ -127,7 +129,7 @@ def plan(name, train_length, lengths, strides, scalings, scaling_factor):
                                  f"{method}_train_length": train_length}
                 jobs.append((l_valid, stride, f"L_valid{rule}" if rule.startswith("/") else rule, context, scaling,
                              factor, overrides))
-    return jobs
+    return jobs, list(dict.fromkeys(skipped))
 
 
 @dataclasses.dataclass
@@ -149,23 +151,23 @@ def score(scorings, data, split="valid", extra=()):
     dictionaries = runpy.run_path(os.path.join(here, "fairseq_alibi", "dictionaries.py"))
     planned = []
     for s in scorings:
-        problem = dictionaries["check"](s.checkpoint, data)
+        name, train_length, has_scaling, updates, seed, user = trained(s.checkpoint, s.user_overrides)
+        problem = dictionaries["check"](s.checkpoint, data)  # after the kind: that says more
         if problem:
             fail(problem)
-        name, train_length, has_scaling, updates, seed, user = trained(s.checkpoint, s.user_overrides)
         check_scalings(s.checkpoint, name, has_scaling, s.scalings)
-        jobs = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor)
-        if jobs:
-            planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show))
+        jobs, skipped = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor)
+        if not jobs:
+            fail(f"nothing to score for {s.checkpoint}: {'; '.join(skipped)}")
+        for why in skipped:
+            print(f"skipping: {why}", file=sys.stderr)
+        planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show))
+    append_problem = runpy.run_path(os.path.join(here, "fairseq_alibi", "files.py"))["append_problem"]
     for out in dict.fromkeys(s.out for s in scorings):  # every checkpoint checked: now the files
-        try:
-            os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-            with open(out, "a"):
-                pass
-        except OSError:
-            fail(f"cannot append to {out} (a read-only place, or a directory?): give another OUT")
-    if planned:
-        evaluate(planned, data, split, list(extra))
+        problem = append_problem(out)
+        if problem:
+            fail(f"cannot append to {out} ({problem}): give another OUT")
+    evaluate(planned, data, split, list(extra))
 
 
 def main():

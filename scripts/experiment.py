@@ -158,8 +158,10 @@ class Runner:
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
             with stopped_together(proc):
                 self.follow(proc, log)
-        if proc.wait() != 0:
-            raise SystemExit(f"error: training {model.label} (seed {seed}) failed: see {save}/train.log")
+        if proc.wait() != 0:  # the log's last line says why (a one-line refusal, fairseq's exception)
+            with open(os.path.join(save, "train.log")) as log:
+                why = ([line.strip() for line in log if line.strip()] or ["(no output)"])[-1]
+            raise SystemExit(f"error: training {model.label} (seed {seed}) failed: {why} (the whole log: {save}/train.log)")
         return os.path.join(save, "checkpoint_last.pt")
 
     @staticmethod
@@ -334,7 +336,13 @@ class Runner:
 @contextlib.contextmanager
 def stopped_together(*procs):
     """If the runner is stopped (Ctrl-C, SIGTERM), so is proc with everything it started (its own
-    session): no trainer is left running unseen, writing to a directory a rerun will use."""
+    session): no trainer is left running unseen, writing to a directory a rerun will use. And as
+    the runner yields, so do they: on Linux a new session is a new scheduling group (autogroup),
+    where the runner's `nice` no longer counts, so the group is given the runner's niceness."""
+    niceness = os.nice(0)
+    for proc in procs if niceness > 0 else ():
+        with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/autogroup", "w") as group:
+            group.write(str(niceness))
     try:
         yield
     except BaseException:
@@ -361,6 +369,12 @@ def prepare_wikitext2(documents=False):
     return "data-bin/wikitext-2" + ("-documents" if documents else "")
 
 
+# The environment variables of the bash presets (examples/wikitext2/common.sh) and the runner's options for them.
+PRESET_VARIABLES = {"L": "--train-length", "UPDATES": "--updates", "L_VALID": "--lengths", "DATA": "--data",
+                    "OUT": "--out", "CHECKPOINTS": "--checkpoints", "TRAIN_FLAGS": "--train-flags",
+                    "VARIANTS": "--models", "SLIDING": "nothing (the declaration scores both strides)"}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", nargs="?", help="the experiment: " + ", ".join(EXPERIMENTS))
@@ -385,6 +399,12 @@ def main():
         return
     if args.name not in EXPERIMENTS:
         p.error(f"unknown experiment '{args.name}': use one of {', '.join(EXPERIMENTS)} (--list describes them)")
+    # The bash presets read these; the runner does not: a run that silently ignored L=128 would
+    # train and tabulate L=64 under the user's belief that it is L=128.
+    for variable, option in PRESET_VARIABLES.items():
+        if os.environ.get(variable):
+            p.error(f"{variable}={os.environ[variable]} is not read by the experiment runner (it takes options): "
+                    f"use {option}, or unset {variable}")
     experiment = EXPERIMENTS[args.name]
     known = [m.label for m in experiment.models]
     for name in args.models or ():

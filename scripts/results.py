@@ -99,8 +99,10 @@ def load(paths):
     for path, r in rows:
         kinds.setdefault(measure(r), path)
     if len(kinds) > 1:
-        raise SystemExit(f"error: {kinds['masked-token']} holds masked-token perplexities and "
-                         f"{kinds['causal-LM']} causal-LM ones, which are not one measure: tabulate them apart")
+        where = (f"{kinds['masked-token']} holds both masked-token and causal-LM perplexities"
+                 if kinds["masked-token"] == kinds["causal-LM"] else
+                 f"{kinds['masked-token']} holds masked-token perplexities and {kinds['causal-LM']} causal-LM ones")
+        raise SystemExit(f"error: {where}, which are not one measure: tabulate them apart")
     return keyed(r for _, r in rows)
 
 
@@ -114,6 +116,16 @@ def keyed(rows):
     return out
 
 
+def distinct_names(paths):
+    """{path: its shortest tail of path components that no other path of the list ends with}."""
+    parts = {p: os.path.abspath(p).split(os.sep) for p in paths}
+    for depth in range(2, max(map(len, parts.values())) + 1):
+        tails = {p: os.sep.join(c[-depth:]) for p, c in parts.items()}
+        if len(set(tails.values())) == len(tails):
+            return tails
+    return {p: os.path.abspath(p) for p in paths}
+
+
 def tables(rows):
     """{(split, stride): (l_valids, {(label, train L): {l_valid: [ppl of each run]}})}: the runs of a
     label are its seeds; where two checkpoints share a label, train L and seed (two runs, not two
@@ -124,9 +136,9 @@ def tables(rows):
     grouped = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for table, runs in by_run.items():
         for (label, train_length, seed, checkpoint), line in runs.items():
-            if sum(1 for lb, t, sd, _ in runs if (lb, t, sd) == (label, train_length, seed)) > 1:
-                path = os.path.abspath(checkpoint)
-                label = f"{label} ({os.path.basename(os.path.dirname(path))}/{os.path.basename(path)})"
+            clashing = [c for lb, t, sd, c in runs if (lb, t, sd) == (label, train_length, seed)]
+            if len(clashing) > 1:
+                label = f"{label} ({distinct_names(clashing)[checkpoint]})"
             for l_valid, ppl in line.items():
                 grouped[table][(label, train_length)][l_valid].append(ppl)
     out = {}

@@ -85,14 +85,11 @@ workers=$(( world > 0 ? world : 1 ))
 mapfile -d '' recipe < <(python3 "$here/fairseq_alibi/recipes.py" flags "$preset" "$length" "$workers") \
   && [ ${#recipe[@]} -gt 0 ] || exit 1
 
+# Mistakes fairseq would answer with a traceback (--fp16 without a GPU, --tokens-per-sample 0).
+python3 "$here/fairseq_alibi/mistakes.py" train "$node_gpus" -- "${recipe[@]}" "$@" || exit 1
 if [ "$node_gpus" -gt 0 ]; then
   precision=(--fp16)
 else
-  for flag in "$@"; do
-    case $flag in --fp16|--bf16|--amp|--memory-efficient-fp16|--memory-efficient-bf16)
-      fail "$flag needs a GPU and none was found: drop it to train on CPU in fp32" ;;
-    esac
-  done
   echo "warning: no GPU found: training on CPU in fp32 (--fp16 dropped)" >&2
   precision=(--cpu)
 fi
@@ -102,7 +99,8 @@ fi
 args=("${recipe[@]}" "$@")  # the last --max-update given wins, as in fairseq
 source "$here/scripts/flags.sh"
 max_update=$(flag_value --max-update "${args[@]}")
-case $max_update in ''|*[!0-9]*) fail "--max-update must be a non-negative integer, got '$max_update'" ;; esac
+# (0 is fairseq's "no limit": a run that never finishes)
+case $max_update in ''|*[!0-9]*|0) fail "--max-update must be a positive integer, got '$max_update'" ;; esac
 arch=$(flag_value --arch "${model[@]}")
 mkdir -p "$save_dir"
 # One training per save directory, for the run's lifetime (exec below: fairseq-train holds it).

@@ -21,7 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 source "$here/flags.sh"
 max_update=$(flag_value --max-update "$@")
-case $max_update in ''|*[!0-9]*) echo "error: the fairseq-train command needs --max-update N (N a number) to know when $name is finished" >&2; exit 1 ;; esac
+case $max_update in ''|*[!0-9]*|0) echo "error: the fairseq-train command needs --max-update N (N a positive number; 0 is fairseq's no limit) to know when $name is finished" >&2; exit 1 ;; esac
 mkdir -p "$save"
 # One trainer per save directory, for the run's lifetime (fairseq-train inherits the lock).
 exec 9>>"$save/.train.lock"
@@ -34,6 +34,9 @@ if [ "$state" = finished ]; then
   echo "== $save is already trained: leaving it as it is"
   exit 0
 fi
+# The data's dictionaries kept beside the checkpoints, so that scoring on another corpus's is refused
+# (fairseq_alibi/dictionaries.py; the data directory is the command's first argument).
+if [ -d "${2:-}" ]; then python3 "$here/../fairseq_alibi/dictionaries.py" keep "$2" "$save" || exit 1; fi
 echo "== training $name -> $save"
 # The training in the background, its output to the log and filtered to the screen; stopping this
 # script (SIGTERM, Ctrl-C) stops it (measure.py passes the signal on), so no trainer runs on unseen.
@@ -43,4 +46,9 @@ training=$!
 trap 'kill -TERM "$training" 2>/dev/null; wait "$training" || true; echo "stopped: rerun to resume $name" >&2; exit 143' TERM INT
 status=0
 wait "$training" || status=$?
-[ "$status" = 0 ] || { echo "error: training $name failed: see $save/train.log" >&2; exit 1; }
+if [ "$status" != 0 ]; then
+  sleep 1  # the log's writer (tee) ends just after the training: let it write the last line
+  # Its last line says why (the plugin's one-line refusal, fairseq's exception).
+  echo "error: training $name failed: $(grep -v '^\s*$' "$save/train.log" | tail -n 1) (the whole log: $save/train.log)" >&2
+  exit 1
+fi

@@ -83,6 +83,14 @@ def main():
     p.add_argument("--seed", type=int, default=1, help="with --masked-lm: the mask's seed, as eval_mlm.py's")
     args = p.parse_args()
     check(args)
+    split = data_utils.load_indexed_dataset(os.path.join(args.data, args.split),
+                                            Dictionary.load(os.path.join(args.data, "dict.txt")))
+    if split is None:
+        raise SystemExit(f"error: {args.data} has no {args.split} split")
+    split_tokens, longest = int(split.sizes.sum()), max(map(int, args.lengths.split()))
+    if longest > split_tokens:  # as eval.sh: no row for a length nothing was scored at
+        raise SystemExit(f"error: L_valid {longest} is longer than the {args.split} split ({split_tokens} tokens): "
+                         f"nothing recorded; use lengths up to {split_tokens}")
     masked = (args.mask_prob, args.seed) if args.masked_lm else None
     ppl, tokens = perplexity(args.data, args.split, masked)
     package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fairseq_alibi")
@@ -92,6 +100,8 @@ def main():
     for l_valid in map(int, args.lengths.split()):
         for rule in args.strides.split():
             stride = l_valid // int(rule[1:]) if rule.startswith("/") else int(rule)
+            if stride > l_valid:  # eval.sh scores no such window either
+                continue
             rows.append(json.dumps({
                 "checkpoint": None, "label": LABEL, "model": "unigram", "train_length": None, "updates": None,
                 "split": args.split, "l_valid": l_valid, "stride": stride,

@@ -15,3 +15,12 @@ preset_usage() {  # SCRIPT [the preset's arguments...]: presets take no argument
        exit 2 ;;
   esac
 }
+
+positive_integers() {  # NAME VALUE...: exit with one line unless every VALUE is a positive integer
+  local name=$1 value
+  shift
+  [ $# -gt 0 ] || { echo "error: $name is empty: give a positive integer" >&2; exit 1; }
+  for value in "$@"; do
+    case $value in ''|*[!0-9]*|0|0*) echo "error: $name: '$value' is not a positive integer" >&2; exit 1 ;; esac
+  done
+}

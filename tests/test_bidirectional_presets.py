@@ -48,6 +48,23 @@ def test_masked_lm_preset_toy_run(wt2_slice, tmp_path):
     assert past.returncode == 1 and "Traceback" not in past.stderr and not (tmp_path / "past.jsonl").exists()
     assert "L_valid 512 is past" in past.stderr.strip().splitlines()[-1]
     assert all(r["seed"] == 1 and r["commit"] for r in map(json.loads, after) if r["model"] != "unigram")
+    # the data's dictionary is kept beside each model: another corpus's of the same size is refused
+    other = same_size_other_dictionary(wt2_slice, tmp_path / "other")
+    refused = subprocess.run(["python", "scripts/eval_mlm.py", learned, other, tmp_path / "o.jsonl", "--lengths", "16"],
+                             cwd=REPO, capture_output=True, text=True)
+    assert refused.returncode == 1 and "trained on another dictionary" in refused.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def same_size_other_dictionary(data, copy):
+    """A copy of a binarized data directory whose dictionary has one word changed: another corpus's
+    dictionary of the same size (fairseq would read every index just as well)."""
+    import shutil
+
+    shutil.copytree(data, copy)
+    words = (copy / "dict.txt").read_text().splitlines()
+    (copy / "dict.txt").write_text("\n".join(["zzzother " + words[0].split()[1], *words[1:]]) + "\n")
+    return copy
 
 
 def test_fixed_mask_evaluation_equals_scoring_each_block_by_hand(wt2_slice, tmp_path):
@@ -123,6 +140,14 @@ def test_synthetic_tasks_preset_toy_run(tmp_path):
                "--gen-subset", "test1", "--beam", "2", "--cpu", "--left-pad-source", "--batch-size", "4",
                "--required-batch-size-multiple", "1"])
     assert out.count("\nH-") == 12
+    # the run keeps its data's dictionaries; the tasks are made once: other TASK_FLAGS over them are
+    # refused before anything runs, the results untouched
+    assert (tmp_path / "checkpoints" / "ruoss" / "dict.src.txt").is_file()
+    before = (tmp_path / "out" / "results.jsonl").read_text()
+    other = subprocess.run(["examples/synthetic/run.sh"], cwd=REPO, capture_output=True, text=True,
+                           env=dict(env, TASK_FLAGS=env["TASK_FLAGS"].replace("--train 300", "--train 400")))
+    assert other.returncode == 1 and "holds tasks made with other options (--train 300 then, 400 now)" in other.stderr
+    assert (tmp_path / "out" / "results.jsonl").read_text() == before
 
 
 @pytest.mark.parametrize("script", ["scripts/eval_mlm.py", "examples/synthetic/exact_match.py"])
@@ -183,6 +208,7 @@ def test_unigram_floor_against_the_raw_text_by_hand(wt2_slice, tmp_path):
     (["{data}", "{out}", "--lengths", "64", "--fields", "notjson"], "--fields must be a JSON object"),
     (["{data}", "{out}.txt", "--lengths", "64"], "must be a .jsonl file"),
     (["{data}", "{out}", "--lengths", "64", "--masked-lm", "--mask-prob", "2"], "--mask-prob must be between 0 and 1"),
+    (["{data}", "{out}", "--lengths", "64 10000000"], "L_valid 10000000 is longer than the valid split"),
 ])
 def test_unigram_refuses_bad_arguments_in_one_line_before_writing(wt2_slice, tmp_path, monkeypatch, args, message):
     import runpy

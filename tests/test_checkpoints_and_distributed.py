@@ -50,7 +50,7 @@ def test_converted_fork_checkpoint_is_alibi_with_the_same_weights(fork_checkpoin
 
 
 @pytest.mark.parametrize("case,message", [
-    ("translation", "not a transformer language model"),
+    ("translation", "is an encoder-decoder checkpoint: only causal language models"),
     ("stock", "pass --replace-positions"),
 ])
 def test_conversion_refuses_what_it_cannot_convert(fork_checkpoint, tmp_path, case, message):

@@ -5,6 +5,7 @@ import os
 import re
 import runpy
 import statistics
+import sys
 
 import pytest
 import torch
@@ -125,6 +126,90 @@ def test_two_runs_with_one_label_and_seed_are_not_taken_for_two_seeds(tmp_path):
     rows = [row("ALiBi", 1, 64, 200.0, "a/x/checkpoint_last.pt"), row("ALiBi", 1, 64, 250.0, "b/y/checkpoint_last.pt")]
     (_, lines), = results["tables"](results["load"]([write_rows(tmp_path / "r.jsonl", rows)])).values()
     assert sorted(lines) == [("ALiBi (x/checkpoint_last.pt)", 64), ("ALiBi (y/checkpoint_last.pt)", 64)]
+    # paths alike in their last two parts are told apart by as many parts as it takes
+    rows = [row("ALiBi", 1, 64, 200.0, "a/lm/checkpoint_last.pt"), row("ALiBi", 1, 64, 250.0, "b/lm/checkpoint_last.pt")]
+    (_, lines), = results["tables"](results["load"]([write_rows(tmp_path / "s.jsonl", rows)])).values()
+    assert lines == {("ALiBi (a/lm/checkpoint_last.pt)", 64): {64: [200.0]}, ("ALiBi (b/lm/checkpoint_last.pt)", 64): {64: [250.0]}}
+
+
+@pytest.mark.parametrize("tool, argv, gpus, message", [
+    ("train", ["--fp16"], 0, "--fp16 needs a GPU and none was found"),
+    ("train", ["--bf16", "--cpu"], 1, "--bf16 needs a GPU"),
+    ("train", ["--fp16"], 1, None),
+    ("train", ["--tokens-per-sample", "0"], 0, "--tokens-per-sample must be a positive integer, got '0'"),
+    ("train", ["--tokens-per-sample=-3"], 0, "got '-3'"),
+    ("train", ["--tokens-per-sample", "64", "--tokens-per-sample", "32"], 0, None),  # the last one counts
+    ("eval_lm", ["--tokens-per-sample", "32", "--context-window", "32"], 0, "--context-window 32 must be a whole number below"),
+    ("eval_lm", ["--context-window", "1024"], 0, "below --tokens-per-sample 1024"),  # fairseq's default length
+    ("eval_lm", ["--tokens-per-sample", "32", "--context-window", "16"], 0, None),
+    ("train", ["--tokens-per-sample", "32", "--context-window", "32"], 0, None),  # not a training flag
+])
+def test_mistakes_fairseq_would_crash_on_are_named(tool, argv, gpus, message):
+    mistakes = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "mistakes.py"))
+    found = mistakes["common_mistake"](tool, argv, gpus)
+    assert found == message if message is None else message in found
+
+
+def test_experiment_runner_refuses_the_presets_environment_variables_it_would_ignore(tmp_path):
+    """L=128 scripts/experiment.py main would train the declaration's L: refused, nothing started."""
+    import subprocess
+
+    for variable, option in [("L", "--train-length"), ("UPDATES", "--updates"), ("DATA", "--data")]:
+        proc = subprocess.run(["python", "scripts/experiment.py", "main", "--out", tmp_path / "out"], cwd=REPO,
+                              capture_output=True, text=True, env=dict(os.environ, **{variable: "128"}))
+        assert proc.returncode == 2 and f"{variable}=128 is not read by the experiment runner" in proc.stderr
+        assert f"use {option}" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"UPDATES": "0"}, "UPDATES: '0' is not a positive integer"),  # fairseq: --max-update 0 is no limit
+    ({"L": "abc"}, "L: 'abc' is not a positive integer"),
+    ({"L_VALID": "64 x"}, "L_VALID: 'x' is not a positive integer"),
+    ({"SLIDING": "yes"}, "SLIDING is 0 or 1, got 'yes'"),
+])
+@pytest.mark.parametrize("preset", ["examples/wikitext2/mlm.sh", "examples/wikitext2/littlebird.sh"])
+def test_presets_check_their_environment_before_anything_runs(preset, env, message, tmp_path):
+    import subprocess
+
+    proc = subprocess.run([preset], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, DATA=str(tmp_path / "nodata"), OUT=str(tmp_path / "out"),
+                                   CHECKPOINTS=str(tmp_path / "ck"), **env))
+    assert proc.returncode == 1 and proc.stderr.strip() == f"error: {message}"
+    assert os.listdir(tmp_path) == []
+
+
+def test_synthetic_tasks_are_made_once_and_other_options_over_them_are_refused(tmp_path):
+    import subprocess
+
+    def make(*flags):
+        return subprocess.run(["python", "examples/synthetic/make_tasks.py", tmp_path / "text", "--train", "50",
+                               "--per-bucket", "3", *flags], cwd=REPO, capture_output=True, text=True)
+
+    assert make().returncode == 0 and json.loads((tmp_path / "text" / "options.json").read_text())["train"] == 50
+    made = {p.name: p.read_bytes() for p in (tmp_path / "text").iterdir()}
+    again = make()
+    assert again.returncode == 0 and "already holds these tasks" in again.stdout
+    other = make("--seed", "2")
+    assert other.returncode == 1 and "holds tasks made with other options (--seed 1 then, 2 now)" in other.stderr
+    assert {p.name: p.read_bytes() for p in (tmp_path / "text").iterdir()} == made
+    assert sorted(os.listdir(tmp_path)) == ["text"]  # no temporary directory left
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("a user's")
+    refused = subprocess.run(["python", "examples/synthetic/make_tasks.py", tmp_path / "mine"], cwd=REPO,
+                             capture_output=True, text=True)
+    assert refused.returncode == 1 and "holds other files" in refused.stderr
+    assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+
+def test_a_training_of_no_limit_is_refused(tmp_path):
+    """fairseq takes --max-update 0 as no limit: a run that would never be finished."""
+    import subprocess
+
+    proc = subprocess.run(["scripts/train_once.sh", tmp_path / "save", "toy", "--", "fairseq-train", "data",
+                           "--max-update", "0"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1 and "N a positive number; 0 is fairseq's no limit" in proc.stderr
+    assert not (tmp_path / "save").exists()
 
 
 def test_train_once_reads_finished_from_the_checkpoint_of_any_model_not_from_a_log(tmp_path):
@@ -285,6 +370,16 @@ def test_each_tool_refuses_a_checkpoint_of_another_kind_naming_the_tool_that_tak
         return path
 
     masked, translation, causal = fake("mlm", "masked_lm", False), fake("mt", "translation", False), fake("lm", "language_modeling", True)
+    # What fairseq saves for a masked LM: a dict config whose model part is an argparse Namespace.
+    saved_mlm = tmp_path / "saved_mlm.pt"
+    torch.save({"cfg": {"model": argparse.Namespace(arch="alibi_roberta_small", task="masked_lm"),
+                        "task": {"_name": "masked_lm"}}, "model": {}}, saved_mlm)
+    from fairseq_alibi.base import ConfigError
+    from fairseq_alibi.convert_checkpoint import convert_state
+
+    for path, kind in [(masked, "a masked LM"), (saved_mlm, "a masked LM"), (translation, "an encoder-decoder")]:
+        with pytest.raises(ConfigError, match=f"is {kind} checkpoint: only causal language models"):
+            convert_state(torch.load(path, weights_only=False), replace_positions=True, name=str(path))
     wrong_kind = recipes["wrong_kind"]
     assert wrong_kind(torch.load(causal, weights_only=False), "lm.pt", "causal LM") is None
     assert wrong_kind(torch.load(masked, weights_only=False), "m.pt", "causal LM") == \
@@ -338,7 +433,7 @@ def test_a_write_that_fails_leaves_the_previous_file_and_no_partial_one(tmp_path
     written_whole = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))["written_whole"]
     target = tmp_path / "table.md"
     target.write_text("the finished table\n")
-    with pytest.raises(OSError):
+    with pytest.raises(SystemExit, match=re.escape(f"could not write {target} (No space left on device): its previous version is kept")):
         with written_whole(target) as partial, open(partial, "w") as f:
             f.write("half a tab")
             raise OSError(28, "No space left on device")
@@ -346,3 +441,40 @@ def test_a_write_that_fails_leaves_the_previous_file_and_no_partial_one(tmp_path
     with written_whole(target) as partial, open(partial, "w") as f:
         f.write("the new table\n")
     assert target.read_text() == "the new table\n" and os.listdir(tmp_path) == ["table.md"]
+
+
+def test_a_converted_checkpoint_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """torch.save's zip writer reports a full disk as a RuntimeError after writing part of the file:
+    no truncated checkpoint is left for a retry to refuse as existing."""
+    from fairseq_alibi import convert_checkpoint
+
+    source = tmp_path / "lm.pt"
+    torch.save({"cfg": {"model": {"_name": "alibi_transformer_lm", "arch": "alibi_transformer_lm_small"},
+                        "task": {"_name": "language_modeling"}}, "model": {}}, source)
+    real_save = torch.save
+
+    def full_disk(obj, path):
+        with open(path, "wb") as f:
+            f.write(b"PK\x03\x04 half a checkpoint")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 31232 vs 31124")
+
+    monkeypatch.setattr(convert_checkpoint.torch, "save", full_disk)
+    with pytest.raises(SystemExit, match=re.escape(f"could not write {tmp_path / 'new.pt'} (torch.save: [enforce fail")):
+        convert_checkpoint.main([str(source), str(tmp_path / "new.pt")])
+    assert sorted(os.listdir(tmp_path)) == ["lm.pt"]
+    monkeypatch.setattr(convert_checkpoint.torch, "save", real_save)
+    convert_checkpoint.main([str(source), str(tmp_path / "new.pt")])  # the retry writes it
+    assert torch.load(tmp_path / "new.pt", weights_only=False)["cfg"]["model"]["_name"] == "alibi_transformer_lm"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="Linux autogroup scheduling only")
+def test_the_runners_children_yield_as_the_runner_does_under_nice():
+    """`nice python scripts/experiment.py ...`: its trainers and scorers run in their own sessions,
+    each a new scheduling group where the process's nice would not count; the group gets it."""
+    import subprocess
+
+    code = ("import runpy, subprocess, sys; e = runpy.run_path('scripts/experiment.py'); "
+            "p = subprocess.Popen(['sleep', '5'], start_new_session=True)\n"
+            "with e['stopped_together'](p): print(open(f'/proc/{p.pid}/autogroup').read()); p.kill()")
+    shown = subprocess.run(["nice", "-n", "7", sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert shown.returncode == 0 and shown.stdout.strip().endswith("nice 7"), shown.stderr[-500:]

@@ -26,23 +26,34 @@ def main():
     for path in (args.checkpoint, args.buckets):
         if not os.path.isfile(path):
             raise SystemExit(f"error: no file {path}")
+    if not args.out.endswith(".jsonl"):
+        raise SystemExit(f"error: OUT ({args.out}) must be a .jsonl file, where results are appended")
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    from fairseq_alibi.files import append_lines, append_problem
+
+    problem = append_problem(args.out)
+    if problem:
+        raise SystemExit(f"error: cannot append to {args.out} ({problem}): give another OUT")
 
     import logging
+    import warnings
 
     import torch
 
     logging.disable(logging.INFO)  # fairseq logs every split it loads
+    # fairseq's batch iterator asks for pinned memory, which torch warns a CPU cannot give: noise here.
+    warnings.filterwarnings("ignore", message=".*pin_memory.*")
 
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import fairseq_alibi  # noqa: F401  (registers the models)
+    from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint
-    from fairseq_alibi.files import append_lines
 
     model, cfg, task = load_checkpoint(args.checkpoint, args.data, kind="encoder-decoder")
     cfg.generation.beam = 1
     cfg.generation.max_len_a, cfg.generation.max_len_b = 1.2, 10  # answers are at most n + 1 digits
     generator = task.build_generator([model], cfg.generation)
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    recorded = {"commit": provenance.commit(), "machine": provenance.machine()}
     with open(args.buckets) as f:
         buckets = [line.split() for line in f if line.strip()]
     for b, (name, low, high) in enumerate(buckets):
@@ -66,7 +77,8 @@ def main():
         for kind in sorted(total):
             row = {"checkpoint": args.checkpoint, "label": args.label, "bucket": name, "n_low": int(low),
                    "n_high": int(high), "task": kind, "examples": total[kind], "exact": right[kind],
-                   "accuracy": right[kind] / total[kind]}
+                   "accuracy": right[kind] / total[kind], "seed": cfg.common.seed, "commit": recorded["commit"],
+                   "machine": recorded["machine"]}
             append_lines(args.out, [json.dumps(row)])
             print(json.dumps(row), flush=True)
 

@@ -16,11 +16,15 @@ lengths past training are disjoint. A test example that also occurs in training 
 hence target) is dropped: short sizes have few distinct examples (copy of one digit: ten), so
 the in-distribution bucket keeps fewer than --per-bucket (OUT_DIR/test_examples.txt says how
 many per task and bucket). Writes OUT_DIR/{train,valid}.{src,tgt} and OUT_DIR/test{b}.{src,tgt}
-for bucket b (1 = in distribution), and OUT_DIR/buckets.txt.
+for bucket b (1 = in distribution), OUT_DIR/buckets.txt, and OUT_DIR/options.json (the options
+they were made with). OUT_DIR is written whole (a temporary directory renamed into place); a rerun
+with the same options leaves it as it is, one with other options is refused.
 """
 import argparse
+import json
 import os
 import random
+import shutil
 
 TASKS = ("copy", "reverse", "add")
 
@@ -41,6 +45,9 @@ def write(path, examples):
             tgt.write(" ".join(t) + "\n")
 
 
+OPTIONS = ("train", "valid", "per_bucket", "train_max", "buckets", "seed")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out")
@@ -54,9 +61,23 @@ def main():
     for name in ("train", "valid", "per_bucket", "train_max", "buckets"):
         if getattr(args, name) < 1:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if os.path.exists(os.path.join(args.out, "train.src")):
-        raise SystemExit(f"error: {args.out} already holds tasks: choose another OUT_DIR or move it away")
-    os.makedirs(args.out, exist_ok=True)
+    options = {name: getattr(args, name) for name in OPTIONS}
+    recorded = os.path.join(args.out, "options.json")
+    if os.path.isfile(recorded):
+        with open(recorded) as f:
+            before = json.load(f)
+        changed = [f"--{k.replace('_', '-')} {before.get(k)} then, {v} now" for k, v in options.items() if before.get(k) != v]
+        if changed:
+            raise SystemExit(f"error: {args.out} holds tasks made with other options ({'; '.join(changed)}): "
+                             "give another OUT_DIR (DATA_DIR for run.sh), or move it away to make them anew")
+        print(f"{args.out} already holds these tasks: left as they are")
+        return
+    if os.path.exists(args.out) and os.listdir(args.out):
+        raise SystemExit(f"error: {args.out} holds other files (tasks made without a record of their options?): "
+                         "give another OUT_DIR, or move it away")
+    final, args.out = args.out, args.out.rstrip("/") + ".part"
+    shutil.rmtree(args.out, ignore_errors=True)  # ours: left by an interrupted run
+    os.makedirs(args.out)
     rng = random.Random(args.seed)
     draw = lambda count, low, high: [example(rng.choice(TASKS), rng.randint(low, high), rng)  # noqa: E731
                                      for _ in range(count)]
@@ -77,6 +98,12 @@ def main():
                 bucket += unseen
             write(os.path.join(args.out, f"test{b}"), bucket)
             f.write(f"test{b}\t{low}\t{high}\n")
+    with open(os.path.join(args.out, "options.json"), "w") as f:
+        json.dump(options, f, indent=1)
+    if os.path.isdir(final):
+        os.rmdir(final)  # empty (checked above)
+    os.replace(args.out, final)
+    print(f"tasks written to {final}")
 
 
 if __name__ == "__main__":

@@ -25,14 +25,18 @@ CHECKPOINTS=${CHECKPOINTS:-checkpoints/synthetic}
 DATA_DIR=${DATA_DIR:-data-bin/synthetic}
 read -r -a train_flags <<< "${TRAIN_FLAGS:-}"
 read -r -a task_flags <<< "${TASK_FLAGS:-}"
-case $UPDATES in ''|*[!0-9]*|0) echo "error: UPDATES must be a positive integer, got '$UPDATES'" >&2; exit 1 ;; esac
+positive_integers UPDATES "$UPDATES"
 
-if [ ! -f "$DATA_DIR/bin/dict.src.txt" ]; then
-  python3 examples/synthetic/make_tasks.py "$DATA_DIR/text" "${task_flags[@]}"
+# The tasks (made once; other TASK_FLAGS over made ones are refused), then their binarized form,
+# written whole (a temporary directory renamed into place).
+python3 examples/synthetic/make_tasks.py "$DATA_DIR/text" "${task_flags[@]}"
+if [ ! -d "$DATA_DIR/bin" ]; then
   tests=$(cut -f1 "$DATA_DIR/text/buckets.txt" | sed "s|^|$DATA_DIR/text/|" | paste -sd,)
+  rm -rf "$DATA_DIR/bin.part"
   fairseq-preprocess --source-lang src --target-lang tgt --trainpref "$DATA_DIR/text/train" \
-    --validpref "$DATA_DIR/text/valid" --testpref "$tests" --destdir "$DATA_DIR/bin" --joined-dictionary \
+    --validpref "$DATA_DIR/text/valid" --testpref "$tests" --destdir "$DATA_DIR/bin.part" --joined-dictionary \
     --workers 2 > "$DATA_DIR/preprocess.log"
+  mv "$DATA_DIR/bin.part" "$DATA_DIR/bin"
 fi
 
 # The CPU-scale recipe, one for every model (pre-norm: it learns these tasks faster). Sources are padded on the right (bialibi's first

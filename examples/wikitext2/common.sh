@@ -11,8 +11,14 @@ export PYTHONUNBUFFERED=1  # show fairseq's progress as it happens
 
 L=${L:-64}
 UPDATES=${UPDATES:-1400}
+# Checked before anything runs (fairseq takes --max-update 0 as "no limit").
+positive_integers L "$L"
+positive_integers UPDATES "$UPDATES"
 L_VALID=${L_VALID:-"$L $((2 * L)) $((4 * L)) $((8 * L)) $((16 * L))"}
 SLIDING=${SLIDING:-0}
+read -r -a l_valid_list <<< "$L_VALID"
+positive_integers L_VALID "${l_valid_list[@]}"
+case $SLIDING in 0|1) ;; *) echo "error: SLIDING is 0 or 1, got '$SLIDING'" >&2; exit 1 ;; esac
 strides=0  # scripts/eval.sh STRIDE: nonoverlapping, and sliding by L_valid/2 if SLIDING=1
 [ "$SLIDING" = 1 ] && strides="0 /2"
 read -r -a train_flags <<< "${TRAIN_FLAGS:-}"
