@@ -284,7 +284,7 @@ def eval_script(*args, env=None):
 @pytest.mark.parametrize("case", ["swapped", "out_is_checkpoint", "length_abc", "length_0", "length_negative",
                                   "stride_negative", "stride_over_0", "factor_abc", "no_such_split", "nan_weights",
                                   "context_window_flag", "unknown_flag", "bad_override_value", "fairseq_failure",
-                                  "longer_than_the_split", "out_is_a_directory", "stride_longer_than_every_length"])
+                                  "longer_than_the_split", "out_is_a_directory", "every_stride_longer_than_the_length"])
 def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpoint, wt2_slice, tmp_path):
     out = tmp_path / "r.jsonl"
     checkpoint = toy_checkpoint
@@ -321,7 +321,7 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
     elif case == "out_is_a_directory":  # refused before scoring, not after
         args[2] = tmp_path / "d.jsonl"
         args[2].mkdir()
-    elif case == "stride_longer_than_every_length":  # nothing to score: said, not an empty success
+    elif case == "every_stride_longer_than_the_length":  # nothing to score: said, not an empty success
         args += ["64"]
     proc = eval_script(*args, env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
@@ -333,7 +333,7 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
         assert "L_valid 100000 is longer than the valid split" in last
     if case == "out_is_a_directory":
         assert "cannot append to" in last and "d.jsonl" in last
-    if case == "stride_longer_than_every_length":
+    if case == "every_stride_longer_than_the_length":
         assert "nothing to score" in last and "stride 64 > L_valid 32" in last
 
 
