@@ -28,7 +28,7 @@ from .alibi_lm import AlibiTransformerLanguageModelConfig
 from . import dictionaries
 from .base import ConfigError
 from .files import written_whole
-from .recipes import checkpoint_kind
+from .recipes import checkpoint_kind, with_article
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def convert_state(state, replace_positions=False, name="checkpoint"):
     if state.get("cfg") is not None or state.get("args") is not None:
         kind = checkpoint_kind(state)  # a masked LM's or translation model's config is a Namespace
         if kind != "causal LM":
-            raise ConfigError(f"{name} is {'an' if kind[0] in 'aeiou' else 'a'} {kind} checkpoint: only causal "
+            raise ConfigError(f"{name} is {with_article(kind)} checkpoint: only causal "
                               "language models (transformer_lm) are converted")
     cfg = state.get("cfg")
     if cfg is None and state.get("args") is not None:  # checkpoints from argparse-era fairseq

@@ -39,6 +39,14 @@ def append_problem(path):
     return None
 
 
+def require_appendable(path):
+    """Exit with one line unless result lines could be appended to path (append_problem): called
+    before scoring, so that minutes of work never end in a refused write."""
+    problem = append_problem(path)
+    if problem:
+        raise SystemExit(f"error: cannot append to {path} ({problem}): give another OUT")
+
+
 def append_lines(path, lines):
     """Append result lines (JSON rows) to path (its directory made if missing). If the disk refuses
     (full, read-only), exit with one line that carries the lines themselves: a result that took

@@ -98,9 +98,12 @@ def wrong_kind(state, path, wanted):
     if kind == wanted:
         return None
     tool = f": score it with {SCORED_BY[kind]}" if kind in SCORED_BY else ""
-    def a(word):
-        return f"an {word}" if word[0] in "aeiou" else f"a {word}"
-    return f"{path} is {a(kind)} checkpoint, not {a(wanted)}{tool}"
+    return f"{path} is {with_article(kind)} checkpoint, not {with_article(wanted)}{tool}"
+
+
+def with_article(kind):
+    """'a masked LM', 'an encoder-decoder'."""
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
 class RunConflict(ValueError):

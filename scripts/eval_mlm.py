@@ -59,6 +59,9 @@ def main():
         fail(f"no checkpoint at {args.checkpoint}")
     if not os.path.isfile(os.path.join(args.data, f"{args.split}.idx")):
         fail(f"{args.data} has no {args.split} split (a directory made by fairseq-preprocess)")
+    files = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                        "fairseq_alibi", "files.py"))
+    files["require_appendable"](args.out)
 
     import torch
     import torch.nn.functional as F
@@ -126,8 +129,6 @@ def main():
             fail(f"perplexity {row['perplexity']} for {args.checkpoint} at L_valid {l_valid}: its weights hold "
                  "NaN or inf (a diverged run?); nothing recorded")
         scored.append(row)
-    files = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                        "fairseq_alibi", "files.py"))
     files["append_lines"](args.out, [json.dumps(row) for row in scored])
     for row in scored:
         print(json.dumps(row), flush=True)

@@ -369,10 +369,11 @@ def prepare_wikitext2(documents=False):
     return "data-bin/wikitext-2" + ("-documents" if documents else "")
 
 
-# The environment variables of the bash presets (examples/wikitext2/common.sh) and the runner's options for them.
-PRESET_VARIABLES = {"L": "--train-length", "UPDATES": "--updates", "L_VALID": "--lengths", "DATA": "--data",
-                    "OUT": "--out", "CHECKPOINTS": "--checkpoints", "TRAIN_FLAGS": "--train-flags",
-                    "VARIANTS": "--models", "SLIDING": "nothing (the declaration scores both strides)"}
+# The environment variables of the bash presets (examples/wikitext2/common.sh) and the runner's options
+# for them; not DATA, OUT or CHECKPOINTS: names too common to refuse (a GPU machine here sets OUT).
+PRESET_VARIABLES = {"L": "--train-length", "UPDATES": "--updates", "L_VALID": "--lengths",
+                    "TRAIN_FLAGS": "--train-flags", "VARIANTS": "--models",
+                    "SLIDING": "nothing (the declaration scores both strides)"}
 
 
 def main():

@@ -19,6 +19,7 @@ import numpy as np
 from fairseq.data import Dictionary, data_utils
 
 LABEL = "Unigram (add-one)"
+PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fairseq_alibi")
 
 
 def counts(dictionary, data, split, masked=None):
@@ -68,6 +69,7 @@ def check(args):
         raise SystemExit(f"error: --fields must be a JSON object, e.g. '{{\"experiment\": \"mine\"}}', got '{args.fields}'")
     if args.masked_lm and not 0 < args.mask_prob < 1:
         raise SystemExit(f"error: --mask-prob must be between 0 and 1, got {args.mask_prob}")
+    runpy.run_path(os.path.join(PACKAGE, "files.py"))["require_appendable"](args.out)
 
 
 def main():
@@ -93,8 +95,7 @@ def main():
                          f"nothing recorded; use lengths up to {split_tokens}")
     masked = (args.mask_prob, args.seed) if args.masked_lm else None
     ppl, tokens = perplexity(args.data, args.split, masked)
-    package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fairseq_alibi")
-    provenance = runpy.run_path(os.path.join(package, "provenance.py"))
+    provenance = runpy.run_path(os.path.join(PACKAGE, "provenance.py"))
     mask_fields = {"masked_tokens": tokens, "mask_prob": args.mask_prob, "mask_seed": args.seed} if masked else {}
     rows = []
     for l_valid in map(int, args.lengths.split()):
@@ -109,7 +110,7 @@ def main():
                 "scaling_factor": None, "loss_base2": math.log2(ppl), "perplexity": ppl, "tokens": tokens,
                 "seed": None, "commit": provenance["commit"](), "machine": provenance["machine"](), **mask_fields,
                 **json.loads(args.fields)}))
-    runpy.run_path(os.path.join(package, "files.py"))["append_lines"](args.out, rows)
+    runpy.run_path(os.path.join(PACKAGE, "files.py"))["append_lines"](args.out, rows)
     print(f"{LABEL}: perplexity {ppl:.2f} on {tokens} {'masked ' if masked else ''}{args.split} tokens")
 
 

@@ -154,7 +154,7 @@ def test_experiment_runner_refuses_the_presets_environment_variables_it_would_ig
     """L=128 scripts/experiment.py main would train the declaration's L: refused, nothing started."""
     import subprocess
 
-    for variable, option in [("L", "--train-length"), ("UPDATES", "--updates"), ("DATA", "--data")]:
+    for variable, option in [("L", "--train-length"), ("UPDATES", "--updates"), ("L_VALID", "--lengths")]:
         proc = subprocess.run(["python", "scripts/experiment.py", "main", "--out", tmp_path / "out"], cwd=REPO,
                               capture_output=True, text=True, env=dict(os.environ, **{variable: "128"}))
         assert proc.returncode == 2 and f"{variable}=128 is not read by the experiment runner" in proc.stderr

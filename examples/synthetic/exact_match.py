@@ -29,11 +29,9 @@ def main():
     if not args.out.endswith(".jsonl"):
         raise SystemExit(f"error: OUT ({args.out}) must be a .jsonl file, where results are appended")
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    from fairseq_alibi.files import append_lines, append_problem
+    from fairseq_alibi.files import append_lines, require_appendable
 
-    problem = append_problem(args.out)
-    if problem:
-        raise SystemExit(f"error: cannot append to {args.out} ({problem}): give another OUT")
+    require_appendable(args.out)
 
     import logging
     import warnings
