@@ -3,8 +3,9 @@ run that never ends): caught before it starts, in one line naming the fix. Plain
 or fairseq, so that scripts/train.sh asks it cheaply:
 
     python3 fairseq_alibi/mistakes.py train|eval_lm GPUS -- FLAGS...   # exit 1 with one line if one is found
+                                        (GPUS "-": not known; then only --cpu says there is none)
 
-fairseq_alibi/cli.py (fairseq-alibi-train, fairseq-alibi-eval-lm) asks it too.
+scripts/train_once.sh and fairseq_alibi/cli.py (fairseq-alibi-train, fairseq-alibi-eval-lm) ask it too.
 """
 import sys
 from typing import Dict, List, Optional
@@ -25,10 +26,11 @@ def last_values(argv: List[str]) -> Dict[str, str]:
     return values
 
 
-def common_mistake(tool: str, argv: List[str], gpus: int) -> Optional[str]:
+def common_mistake(tool: str, argv: List[str], gpus: Optional[int]) -> Optional[str]:
     """None, or the one-line fix for a mistake fairseq would crash on: a half-precision flag without
-    a GPU, --tokens-per-sample that is not a positive integer (a ZeroDivisionError in its block
-    maker), and for fairseq-eval-lm a --context-window as long as the window itself."""
+    a GPU (gpus None: not known), --tokens-per-sample that is not a positive integer (a
+    ZeroDivisionError in its block maker), for training a --max-update of 0 (fairseq's "no limit": a
+    run that never ends), and for fairseq-eval-lm a --context-window as long as the window itself."""
     values = last_values(argv)
     precision = next((a for a in argv if a in HALF_PRECISION), None)
     if precision and (gpus == 0 or "--cpu" in argv):
@@ -36,6 +38,9 @@ def common_mistake(tool: str, argv: List[str], gpus: int) -> Optional[str]:
     tokens = values.get("--tokens-per-sample", str(LM_TOKENS_PER_SAMPLE))
     if not tokens.isdigit() or int(tokens) < 1:
         return f"--tokens-per-sample must be a positive integer, got '{tokens}'"
+    updates = values.get("--max-update", "1")
+    if tool == "train" and (not updates.isdigit() or int(updates) < 1):
+        return f"--max-update must be a positive integer, got '{updates}' (0 is fairseq's no limit: a run that never ends)"
     context = values.get("--context-window", "0")
     if tool == "eval_lm" and (not context.isdigit() or int(context) >= int(tokens)):
         return (f"--context-window {context} must be a whole number below --tokens-per-sample {tokens}: each "
@@ -44,8 +49,9 @@ def common_mistake(tool: str, argv: List[str], gpus: int) -> Optional[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 4 or sys.argv[1] not in ("train", "eval_lm") or sys.argv[3] != "--" or not sys.argv[2].isdigit():
+    if (len(sys.argv) < 4 or sys.argv[1] not in ("train", "eval_lm") or sys.argv[3] != "--"
+            or not (sys.argv[2].isdigit() or sys.argv[2] == "-")):
         sys.exit(__doc__.strip().splitlines()[4].strip())
-    mistake = common_mistake(sys.argv[1], sys.argv[4:], int(sys.argv[2]))
+    mistake = common_mistake(sys.argv[1], sys.argv[4:], int(sys.argv[2]) if sys.argv[2] != "-" else None)
     if mistake:
         sys.exit(f"error: {mistake}")

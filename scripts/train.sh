@@ -36,7 +36,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 
 fail() { echo "error: $*" >&2; exit 1; }
 [ -f "$data/dict.txt" ] || fail "$data has no dict.txt: run scripts/prepare-wikitext.sh first ($usage)"
-case $length in ''|*[!0-9]*|0) fail "L must be a positive integer, got '$length'" ;; esac
+source "$here/scripts/usage.sh"
+positive_integers L "$length"
 for flag in "$@"; do
   for evaluation_only in "${inference_only[@]}"; do
     case $flag in "$evaluation_only"*)
@@ -85,7 +86,8 @@ workers=$(( world > 0 ? world : 1 ))
 mapfile -d '' recipe < <(python3 "$here/fairseq_alibi/recipes.py" flags "$preset" "$length" "$workers") \
   && [ ${#recipe[@]} -gt 0 ] || exit 1
 
-# Mistakes fairseq would answer with a traceback (--fp16 without a GPU, --tokens-per-sample 0).
+# Mistakes fairseq would answer with a traceback or a run without end (--fp16 without a GPU,
+# --tokens-per-sample 0, --max-update 0).
 python3 "$here/fairseq_alibi/mistakes.py" train "$node_gpus" -- "${recipe[@]}" "$@" || exit 1
 if [ "$node_gpus" -gt 0 ]; then
   precision=(--fp16)
@@ -99,8 +101,6 @@ fi
 args=("${recipe[@]}" "$@")  # the last --max-update given wins, as in fairseq
 source "$here/scripts/flags.sh"
 max_update=$(flag_value --max-update "${args[@]}")
-# (0 is fairseq's "no limit": a run that never finishes)
-case $max_update in ''|*[!0-9]*|0) fail "--max-update must be a positive integer, got '$max_update'" ;; esac
 arch=$(flag_value --arch "${model[@]}")
 mkdir -p "$save_dir"
 # One training per save directory, for the run's lifetime (exec below: fairseq-train holds it).

@@ -21,7 +21,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 source "$here/flags.sh"
 max_update=$(flag_value --max-update "$@")
-case $max_update in ''|*[!0-9]*|0) echo "error: the fairseq-train command needs --max-update N (N a positive number; 0 is fairseq's no limit) to know when $name is finished" >&2; exit 1 ;; esac
+[ -n "$max_update" ] || { echo "error: the fairseq-train command needs --max-update N to know when $name is finished" >&2; exit 1; }
+# Mistakes fairseq would answer with a traceback or a run without end (--max-update 0, --fp16 with
+# --cpu, --tokens-per-sample 0); whether there is a GPU is not asked here (torch: seconds).
+python3 "$here/../fairseq_alibi/mistakes.py" train - -- "$@" || exit 1
 mkdir -p "$save"
 # One trainer per save directory, for the run's lifetime (fairseq-train inherits the lock).
 exec 9>>"$save/.train.lock"

@@ -143,6 +143,11 @@ def test_two_runs_with_one_label_and_seed_are_not_taken_for_two_seeds(tmp_path):
     ("eval_lm", ["--context-window", "1024"], 0, "below --tokens-per-sample 1024"),  # fairseq's default length
     ("eval_lm", ["--tokens-per-sample", "32", "--context-window", "16"], 0, None),
     ("train", ["--tokens-per-sample", "32", "--context-window", "32"], 0, None),  # not a training flag
+    ("train", ["--max-update", "0"], 0, "--max-update must be a positive integer, got '0' (0 is fairseq's no limit"),
+    ("train", ["--max-update=-1"], 0, "got '-1'"),
+    ("eval_lm", ["--max-update", "0"], 0, None),  # not an evaluation flag
+    ("train", ["--fp16"], None, None),  # GPUs not known: only --cpu says there is none
+    ("train", ["--fp16", "--cpu"], None, "--fp16 needs a GPU"),
 ])
 def test_mistakes_fairseq_would_crash_on_are_named(tool, argv, gpus, message):
     mistakes = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "mistakes.py"))
@@ -203,13 +208,21 @@ def test_synthetic_tasks_are_made_once_and_other_options_over_them_are_refused(t
 
 
 def test_a_training_of_no_limit_is_refused(tmp_path):
-    """fairseq takes --max-update 0 as no limit: a run that would never be finished."""
+    """fairseq takes --max-update 0 as no limit: a run that would never be finished. Both trainers
+    ask fairseq_alibi/mistakes.py (one rule)."""
     import subprocess
 
     proc = subprocess.run(["scripts/train_once.sh", tmp_path / "save", "toy", "--", "fairseq-train", "data",
                            "--max-update", "0"], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 1 and "N a positive number; 0 is fairseq's no limit" in proc.stderr
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        "error: --max-update must be a positive integer, got '0' (0 is fairseq's no limit: a run that never ends)")
     assert not (tmp_path / "save").exists()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(10000)))
+    proc = subprocess.run(["scripts/train.sh", "alibi", "32", tmp_path / "data", tmp_path / "lm", "small", "--",
+                           "--max-update", "0"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.strip().endswith("got '0' (0 is fairseq's no limit: a run that never ends)")
+    assert not (tmp_path / "lm").exists()
 
 
 def test_train_once_reads_finished_from_the_checkpoint_of_any_model_not_from_a_log(tmp_path):

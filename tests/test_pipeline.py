@@ -378,8 +378,8 @@ def test_eval_script_on_a_full_disk_says_so_and_keeps_the_result_in_its_message(
 
 
 @pytest.mark.parametrize("case,message", [
-    ("length_0", "L must be a positive integer, got '0'"),
-    ("length_abc", "L must be a positive integer, got 'abc'"),
+    ("length_0", "L: '0' is not a positive integer"),
+    ("length_abc", "L: 'abc' is not a positive integer"),
     ("scaling_in_training", "--alibi-scaling is for evaluation"),
     ("fp16_on_cpu", "--fp16 needs a GPU and none was found"),
     ("small_vocabulary", "adaptive cutoffs 2000,10000 need at least 10000 words"),
