@@ -3,7 +3,8 @@ scripts/train.sh (through this file's command line) and scripts/experiment.py (`
 neither copies them. Plain Python (torch only to read a checkpoint), no import of the package,
 which would load fairseq.
 
-    python3 fairseq_alibi/recipes.py flags PRESET L WORKERS   the recipe's fairseq-train flags, NUL-separated
+    python3 fairseq_alibi/recipes.py flags PRESET L WORKERS [UPDATES]
+                                         the recipe's fairseq-train flags (for UPDATES updates), NUL-separated
     python3 fairseq_alibi/recipes.py status SAVE_DIR ARCH L MAX_UPDATE [--other-ok] [-- FLAGS...]
                          (ARCH and L "-": not checked, scripts/train_once.sh's; --other-ok: nothing checked)
                                          'new|resume|finished UPDATES_DONE', or one line of error (exit 1)
@@ -36,13 +37,33 @@ def wiki103(length, workers):
             "--seed", "1", "--required-batch-size-multiple", "1", "--save-interval-updates", "2000")
 
 
-def recipe(preset, length, workers=1):
-    """The fairseq-train flags of a recipe by name, at training length `length`."""
+def masked_lm(length, updates=600):
+    """The CPU-scale masked-LM recipe (examples/wikitext2/mlm.sh and littlebird.sh, the runner's mlm):
+    fairseq's masked_lm task (15% masked, 80/10/10) on blocks of `length` tokens, RoBERTa's Adam
+    (0.9, 0.98), lr 0.001 warmed up over the first tenth of the updates and decaying linearly to 0
+    at the last, batches of 2048 tokens, weight decay 0.01."""
+    return ("--task", "masked_lm", "--criterion", "masked_lm", "--tokens-per-sample", str(length),
+            "--sample-break-mode", "none", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",
+            "--lr", "0.001", "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(updates // 10),
+            "--total-num-update", str(updates), "--max-update", str(updates), "--clip-norm", "1.0",
+            "--max-tokens", "2048", "--weight-decay", "0.01", "--seed", "1", "--required-batch-size-multiple", "1",
+            "--num-workers", "0", "--save-interval-updates", "100", "--skip-invalid-size-inputs-valid-test")
+
+
+RECIPES = ("small", "wiki103", "masked_lm")
+
+
+def recipe(preset, length, workers=1, updates=None):
+    """The fairseq-train flags of a recipe by name, at training length `length` (masked_lm: its
+    schedule for `updates` updates, None: its own; the causal recipes' schedules follow a
+    --max-update given after them: scripts/train.sh)."""
     if preset == "small":
         return SMALL
     if preset == "wiki103":
         return wiki103(length, workers)
-    raise ValueError(f"unknown preset '{preset}': use wiki103 or small")
+    if preset == "masked_lm":
+        return masked_lm(length, *([updates] if updates else []))
+    raise ValueError(f"unknown preset '{preset}': use {', '.join(RECIPES)}")
 
 
 def last_value(flags, name, default=None):
@@ -199,9 +220,9 @@ def run_status(save_dir, arch, length, max_update, other_ok=False, flags=None):
 def main(argv):
     command, *args = argv
     if command == "flags":
-        preset, length, workers = args
+        preset, length, workers, *updates = args
         try:
-            flags = recipe(preset, int(length), max(int(workers), 1))
+            flags = recipe(preset, int(length), max(int(workers), 1), *map(int, updates))
         except ValueError as e:
             sys.exit(f"error: {e}")
         sys.stdout.write("\0".join(flags) + "\0")

@@ -3,7 +3,7 @@
 at every length.
 
     python3 scripts/eval_mlm.py CHECKPOINT DATA OUT.jsonl --lengths "64 128 256" [--split valid]
-        [--mask-prob 0.15] [--seed 1] [--label NAME]
+        [--mask-prob 0.15] [--seed 1] [--label NAME] [--fields JSON]
 
 fairseq's masked_lm task draws its masks per block (from seed, epoch and block index), so the
 masked set changes with the block length and scores at two lengths are not comparable. Here the
@@ -46,7 +46,14 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--label", default=None, help="the row's name in the table (default: the model's)")
     p.add_argument("--max-tokens", type=int, default=16384, help="tokens per batch")
+    p.add_argument("--fields", default="{}", help="a JSON object of fields added to each row")
     args = p.parse_args()
+    try:
+        fields = json.loads(args.fields)
+    except json.JSONDecodeError:
+        fields = None
+    if not isinstance(fields, dict):
+        fail(f"--fields must be a JSON object, got '{args.fields}'")
 
     lengths = args.lengths.split()
     if not lengths or not all(x.isdigit() and int(x) >= 2 for x in lengths):
@@ -94,8 +101,10 @@ def main():
         fail(f"--mask-prob {args.mask_prob} masks no token of the {args.split} split: nothing to score")
     provenance = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                              "fairseq_alibi", "provenance.py"))
-    recorded = {"seed": getattr(cfg.common, "seed", None), "commit": provenance["commit"](),
-                "machine": provenance["machine"]()}
+    summary = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_alibi",
+                                          "recipes.py"))["checkpoint_summary"]
+    recorded = {"seed": getattr(cfg.common, "seed", None), "updates": summary(args.checkpoint)[2],
+                "commit": provenance["commit"](), "machine": provenance["machine"](), **fields}
     scored = []  # written when every length is scored: a failure records nothing
     for l_valid in map(int, lengths):
         start = time.time()

@@ -8,13 +8,14 @@ stride, and tabulate the seeds as mean ± std.
 An experiment is declared once, below (EXPERIMENTS): its models (a label, scripts/train.sh's
 METHOD and flags, the inference-time scalings scored past L), the recipe by name
 (fairseq_alibi/recipes.py, the one scripts/train.sh uses), the training length, the seeds and the
-evaluation grid. Each (model, seed) trains through scripts/train.sh into
-CHECKPOINTS/<label>-L<L>-s<seed>: an interrupted training resumes from its last checkpoint and a
-finished one (recipes.run_status) is left untouched. Each missing (length, stride, scaling) is
-scored through scripts/eval.sh and appended to OUT/results.jsonl, a row carrying the label, the
-seed, the recipe, the commit and the machine; nothing is ever deleted, so stopping (Ctrl-C) and
-running the same command again continues where it stopped. The unigram model (scripts/unigram.py)
-is every table's floor row. Tables and figures (scripts/results.py) are rebuilt from the rows of the
+evaluation grid. Each (model, seed) trains into CHECKPOINTS/<label>-L<L>-s<seed>: a causal LM
+through scripts/train.sh, a masked LM through scripts/train_once.sh (its METHOD is the fairseq
+architecture); an interrupted training resumes from its last checkpoint and a finished one
+(recipes.run_status) is left untouched. Each missing (length, stride, scaling) is scored through
+scripts/eval.sh (a masked LM: scripts/eval_mlm.py, its one fixed mask, nonoverlapping) and
+appended to OUT/results.jsonl, a row carrying the label, the seed, the recipe, the commit and the
+machine; nothing is ever deleted, so stopping (Ctrl-C) and running the same command again
+continues where it stopped. The unigram model (scripts/unigram.py) is every table's floor row. Tables and figures (scripts/results.py) are rebuilt from the rows of the
 declared runs after each job; OUT/runs.jsonl records each invocation (command, commit, machine,
 start, wall time).
 """
@@ -41,7 +42,7 @@ append_lines = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))["
 @dataclasses.dataclass(frozen=True)
 class Model:
     label: str  # the row's name in every table
-    method: str  # scripts/train.sh METHOD
+    method: str  # scripts/train.sh METHOD (a masked LM: its --arch)
     flags: tuple = ()  # its fairseq-train flags, after the recipe's
     scalings: tuple = ()  # scripts/eval.sh SCALING values, scored past the training length
 
@@ -50,7 +51,7 @@ class Model:
 class Experiment:
     about: str
     models: tuple
-    recipe: str = "small"  # fairseq_alibi/recipes.py
+    recipe: str = "small"  # fairseq_alibi/recipes.py (masked_lm: the models are masked LMs)
     train_length: int = 64
     seeds: tuple = (1, 2, 3)
     multiples: tuple = (1, 2, 4, 8, 16)  # L_valid = multiple x L
@@ -95,6 +96,19 @@ EXPERIMENTS = {
         documents=True),
 }
 
+# The masked-LM encoders of the bidirectional experiment, one recipe for all: the five encoder ALiBi
+# variants and fairseq's RoBERTa encoder with sinusoidal or learned positions (the twins).
+ENCODERS = (*(Model(f"ALiBi {variant}", "alibi_roberta_small", ("--encoder-alibi", variant))
+              for variant in ("symmetric", "one_sided", "learned", "ruoss", "bialibi")),
+            Model("Sinusoidal", "alibi_roberta_small", ("--encoder-alibi", "none")),
+            # its table 16L long (rows past L never trained), so that it is scored at every length
+            Model("Learned positions", "alibi_roberta_small",
+                  ("--encoder-alibi", "none", "--encoder-learned-pos", "--max-positions", "1024")))
+EXPERIMENTS["mlm"] = Experiment(
+    "Masked LMs (RoBERTa-style encoders) trained at L=64, scored to 16L on one fixed mask.",
+    ENCODERS, recipe="masked_lm", strides=("0",))
+
+
 def slug(label):
     return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
 
@@ -133,6 +147,7 @@ class Runner:
         self.name, self.experiment, self.args = name, experiment, args
         self.length = args.train_length or experiment.train_length
         self.seeds = tuple(args.seeds or experiment.seeds)
+        self.masked = experiment.recipe == "masked_lm"
         self.updates = args.updates or int(recipes["last_value"](recipes["recipe"](experiment.recipe, self.length), "--max-update"))
         self.lengths = args.lengths or [m * self.length for m in experiment.multiples]
         self.out = args.out or os.path.join("runs", name)
@@ -145,15 +160,23 @@ class Runner:
         return os.path.join(self.checkpoints, f"{slug(model.label)}-L{self.length}-s{seed}")
 
     def train(self, model, seed):
-        """scripts/train.sh, which resumes an interrupted run and leaves a finished one; its log is
-        appended to SAVE/train.log, its time and memory to SAVE/resources.jsonl."""
+        """scripts/train.sh (a masked LM: scripts/train_once.sh), which resumes an interrupted run
+        and leaves a finished one; its log is appended to SAVE/train.log, its time and memory to
+        SAVE/resources.jsonl."""
         save = self.save_dir(model, seed)
         os.makedirs(save, exist_ok=True)
-        command = [sys.executable, os.path.join("scripts", "measure.py"), os.path.join(save, "resources.jsonl"), "--",
-                   os.path.join("scripts", "train.sh"), model.method, str(self.length), self.data, save,
-                   self.experiment.recipe, "--", *model.flags, "--seed", str(seed), "--max-update", str(self.updates),
-                   "--log-interval", "50", "--no-progress-bar", *self.args.train_flags]
-        with open(os.path.join(save, "train.log"), "a") as log:
+        common = [*model.flags, "--seed", str(seed), "--max-update", str(self.updates), "--log-interval", "50",
+                  "--no-progress-bar", *self.args.train_flags]
+        if self.masked:  # train_once.sh writes the log and measures
+            command = [os.path.join("scripts", "train_once.sh"), save, f"{model.label} (seed {seed})", "--",
+                       "fairseq-train", self.data, "--save-dir", save, "--user-dir", "fairseq_alibi", "--arch", model.method,
+                       *recipes["recipe"](self.experiment.recipe, self.length, 1, self.updates),
+                       "--no-epoch-checkpoints", "--keep-interval-updates", "1", *common]
+        else:
+            command = [sys.executable, os.path.join("scripts", "measure.py"), os.path.join(save, "resources.jsonl"), "--",
+                       os.path.join("scripts", "train.sh"), model.method, str(self.length), self.data, save,
+                       self.experiment.recipe, "--", *common]
+        with open(os.devnull if self.masked else os.path.join(save, "train.log"), "a") as log:
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
             with stopped_together(proc):
@@ -173,12 +196,14 @@ class Runner:
             valid = re.search(r"valid on .*\| ppl ([\d.]+) .*\| num_updates (\d+)", line)
             if valid:
                 print(f"    {valid[2]} updates: validation perplexity {valid[1]} at L", flush=True)
-            elif re.search(r"done training|nothing to do|error", line):
+            elif re.search(r"done training|already trained|error", line):
                 print("   ", line.split(" | ")[-1].rstrip(), flush=True)
 
     def evaluations(self, model):
         """(scaling, L_valid, stride) to score: every length and stride; scalings past L only (at L
         they change nothing)."""
+        if self.masked:
+            return [("none", lv, "0") for lv in self.lengths]
         jobs = [("none", lv, s) for lv in self.lengths for s in self.experiment.strides]
         jobs += [(sc, lv, s) for sc in model.scalings for lv in self.lengths if lv > self.length
                  for s in self.experiment.strides]
@@ -208,13 +233,19 @@ class Runner:
 
     def score(self, label, checkpoint, jobs, flags):
         scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in jobs)] for i in range(3))
+        lengths = " ".join(map(str, sorted(lengths)))
         env = dict(os.environ, LABEL=label, ROW_FIELDS=self.fields, SCALING=" ".join(scalings),
                    SPLIT=self.experiment.split)
         for name in ("ALIBI_SCALING", "SCALING_FACTOR", "ALIBI_SCALING_FACTOR"):
             env.pop(name, None)
-        proc = subprocess.Popen([os.path.join("scripts", "eval.sh"), checkpoint, self.data, self.results,
-                                 " ".join(map(str, sorted(lengths))), " ".join(strides), "--", *flags], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        if self.masked:
+            command = [sys.executable, os.path.join("scripts", "eval_mlm.py"), checkpoint, self.data, self.results,
+                       "--lengths", lengths, "--split", self.experiment.split, "--label", label, "--fields", self.fields]
+        else:
+            command = [os.path.join("scripts", "eval.sh"), checkpoint, self.data, self.results, lengths,
+                       " ".join(strides), "--", *flags]
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
         with stopped_together(proc):
             _, errors = proc.communicate()
         if proc.returncode != 0:
@@ -233,7 +264,8 @@ class Runner:
             return
         subprocess.run([sys.executable, os.path.join("scripts", "unigram.py"), self.data, self.results,
                         "--lengths", " ".join(map(str, self.lengths)), "--strides", " ".join(self.experiment.strides),
-                        "--split", self.experiment.split, "--fields", self.fields], check=True)
+                        "--split", self.experiment.split, "--fields", self.fields,
+                        *(["--masked-lm"] if self.masked else [])], check=True)
 
     def tabulate(self):
         """Tables and figures from the rows of the declared runs at the declared updates (earlier

@@ -220,3 +220,38 @@ def test_unigram_refuses_bad_arguments_in_one_line_before_writing(wt2_slice, tmp
     with pytest.raises(SystemExit, match=re.escape(message)):
         unigram["main"]()
     assert os.listdir(tmp_path) == []
+
+
+def test_experiment_runner_masked_lm_toy_run_two_seeds_and_the_floor(wt2_slice, tmp_path):
+    """scripts/experiment.py mlm at toy size: an ALiBi encoder, two seeds,
+    trained through train_once.sh on the masked_lm recipe (fairseq_alibi/recipes.py, mlm.sh's too),
+    scored by eval_mlm.py on its one fixed mask at L and 4L, the masked unigram floor; rows carry
+    label, seed, updates and the experiment; the table is mean ± std over the seeds. Run again,
+    nothing is trained or scored again."""
+    out = tmp_path / "out"
+    command = ["python", "scripts/experiment.py", "mlm", "--data", wt2_slice, "--train-length", "16", "--updates", "4",
+               "--lengths", "16", "64", "--seeds", "1", "2", "--models", "alibi-bialibi", "--out", out,
+               "--checkpoints", tmp_path / "checkpoints", "--train-flags", " ".join(ENCODER_TOY)]
+    printed = run(command)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    models = [r for r in rows if r["model"] != "unigram"]
+    assert sorted((r["label"], r["seed"], r["l_valid"]) for r in models) == [
+        ("ALiBi bialibi", seed, lv) for seed in (1, 2) for lv in (16, 64)]
+    for r in models:
+        assert math.isfinite(r["perplexity"]) and r["updates"] == 4 and r["train_length"] == 16
+        assert r["experiment"] == "mlm" and r["recipe"] == "masked_lm" and r["stride_rule"] == "0"
+    flags = json.loads((tmp_path / "checkpoints" / "alibi-bialibi-L16-s2" / "train_flags.json").read_text())
+    assert flags["--task"] == "masked_lm" and flags["--seed"] == "2" and flags["--total-num-update"] == "4"
+    # the same masked tokens for every model and the floor
+    assert len({r["masked_tokens"] for r in rows}) == 1
+    (floor,) = {r["perplexity"] for r in rows if r["model"] == "unigram"}
+    ppl = {(r["label"], r["seed"], r["l_valid"]): r["perplexity"] for r in models}
+    assert ppl[("ALiBi bialibi", 1, 16)] != ppl[("ALiBi bialibi", 2, 16)]  # the seed reached training
+    values = [ppl[("ALiBi bialibi", seed, 64)] for seed in (1, 2)]
+    mean, std = sum(values) / 2, abs(values[0] - values[1]) / 2 ** 0.5
+    table = (out / "table_valid_stride0.md").read_text()
+    assert f"{mean:.2f} ± {std:.2f}" in table and f"| Unigram (add-one) | 1 | {floor:.2f} |" in table
+    assert "| ALiBi bialibi 16 | 2 |" in printed
+    again = run(command)
+    assert again.count("already trained") == 2
+    assert len((out / "results.jsonl").read_text().splitlines()) == len(rows)

@@ -79,6 +79,11 @@ def test_recipes_are_written_once_and_read_by_train_sh():
         recipes["recipe"]("wiki103", 512, 3)
     train_sh = open(os.path.join(REPO, "scripts", "train.sh")).read()
     assert "--lr 0.003" not in train_sh and "286000" not in train_sh and "recipes.py" in train_sh
+    masked = recipes["recipe"]("masked_lm", 64, 1, 1800)  # its schedule follows the updates
+    assert [recipes["last_value"](masked, f) for f in ("--warmup-updates", "--total-num-update", "--max-update")] == [
+        "180", "1800", "1800"]
+    mlm_sh = open(os.path.join(REPO, "examples", "wikitext2", "mlm.sh")).read()
+    assert "--lr" not in mlm_sh and "recipes.py flags masked_lm" in mlm_sh
 
 
 def test_declared_experiments_name_known_methods_once():
@@ -86,7 +91,8 @@ def test_declared_experiments_name_known_methods_once():
         labels = [m.label for m in declared.models]
         assert len(set(map(experiment["slug"], labels))) == len(labels), name
         for model in declared.models:
-            assert model.method in (*methods["CAUSAL_METHODS"], "sinusoidal"), (name, model)
+            known = ("alibi_roberta_small",) if declared.recipe == "masked_lm" else (*methods["CAUSAL_METHODS"], "sinusoidal")
+            assert model.method in known, (name, model)
         assert recipes["recipe"](declared.recipe, declared.train_length)
     comparison = experiment["EXPERIMENTS"]["comparison"]
     assert len(comparison.models) >= 8 and len(comparison.seeds) >= 3 and set(comparison.strides) == {"0", "/2"}

@@ -19,13 +19,9 @@ VARIANTS=${VARIANTS:-"symmetric one_sided learned ruoss bialibi sinusoidal learn
 OUT=${OUT:-runs/wikitext2-mlm}
 CHECKPOINTS=${CHECKPOINTS:-checkpoints/wikitext2-mlm}
 
-# The CPU-scale masked-LM recipe: RoBERTa's Adam and linear decay after a short warmup.
-recipe=(--task masked_lm --criterion masked_lm --tokens-per-sample "$L"
-        --sample-break-mode none --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-6 --lr 0.001
-        --lr-scheduler polynomial_decay --warmup-updates $((UPDATES / 10)) --total-num-update "$UPDATES"
-        --max-update "$UPDATES" --clip-norm 1.0 --max-tokens 2048 --weight-decay 0.01 --seed 1 --cpu
-        --num-workers 0 --required-batch-size-multiple 1 --no-epoch-checkpoints --save-interval-updates 100
-        --keep-interval-updates 1 --log-interval 50 --no-progress-bar --skip-invalid-size-inputs-valid-test)
+# The masked-LM recipe by name (fairseq_alibi/recipes.py, the experiment runner's too), for UPDATES.
+mapfile -d '' recipe < <(python3 fairseq_alibi/recipes.py flags masked_lm "$L" 1 "$UPDATES") && [ ${#recipe[@]} -gt 0 ] || exit 1
+recipe+=(--cpu --no-epoch-checkpoints --keep-interval-updates 1 --log-interval 50 --no-progress-bar)
 
 LITTLEBIRD_BLOCK=${LITTLEBIRD_BLOCK:-8}
 LITTLEBIRD_PACK=${LITTLEBIRD_PACK:-8}
