@@ -36,8 +36,7 @@ fail() { echo "error: $*" >&2; exit 1; }
 [ -f "$data/dict.txt" ] || fail "$data has no dict.txt: DATA is a binarized data directory ($usage)"
 case $out in *.jsonl) ;; *) fail "OUT ($out) must be a .jsonl file, where results are appended ($usage)" ;; esac
 if [ -n "${ROW_FIELDS:-}" ]; then
-  python3 -c 'import json, sys; assert isinstance(json.loads(sys.argv[1]), dict)' "$ROW_FIELDS" 2>/dev/null \
-    || fail "ROW_FIELDS must be a JSON object, e.g. '{\"experiment\": \"mine\"}', got '$ROW_FIELDS'"
+  python3 "$here/fairseq_alibi/provenance.py" row-fields ROW_FIELDS "$ROW_FIELDS" || exit 1
 fi
 [ -f "$data/$split.idx" ] || fail "$data has no $split split: SPLIT is one of $(cd "$data" && ls *.idx 2>/dev/null | sed 's/\.idx$//' | tr '\n' ' ')"
 scalings=${SCALING:-${ALIBI_SCALING:-none}}

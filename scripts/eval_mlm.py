@@ -48,12 +48,9 @@ def main():
     p.add_argument("--max-tokens", type=int, default=16384, help="tokens per batch")
     p.add_argument("--fields", default="{}", help="a JSON object of fields added to each row")
     args = p.parse_args()
-    try:
-        fields = json.loads(args.fields)
-    except json.JSONDecodeError:
-        fields = None
-    if not isinstance(fields, dict):
-        fail(f"--fields must be a JSON object, got '{args.fields}'")
+    package = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_alibi")
+    provenance = runpy.run_path(os.path.join(package, "provenance.py"))
+    fields = provenance["row_fields"](args.fields)
 
     lengths = args.lengths.split()
     if not lengths or not all(x.isdigit() and int(x) >= 2 for x in lengths):
@@ -66,8 +63,7 @@ def main():
         fail(f"no checkpoint at {args.checkpoint}")
     if not os.path.isfile(os.path.join(args.data, f"{args.split}.idx")):
         fail(f"{args.data} has no {args.split} split (a directory made by fairseq-preprocess)")
-    files = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                        "fairseq_alibi", "files.py"))
+    files = runpy.run_path(os.path.join(package, "files.py"))
     files["require_appendable"](args.out)
 
     import torch
@@ -99,10 +95,7 @@ def main():
              "nothing recorded; score it up to its table's length")
     if not masked.any():
         fail(f"--mask-prob {args.mask_prob} masks no token of the {args.split} split: nothing to score")
-    provenance = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                             "fairseq_alibi", "provenance.py"))
-    summary = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_alibi",
-                                          "recipes.py"))["checkpoint_summary"]
+    summary = runpy.run_path(os.path.join(package, "recipes.py"))["checkpoint_summary"]
     recorded = {"seed": getattr(cfg.common, "seed", None), "updates": summary(args.checkpoint)[2],
                 "commit": provenance["commit"](), "machine": provenance["machine"](), **fields}
     scored = []  # written when every length is scored: a failure records nothing

@@ -284,7 +284,8 @@ def eval_script(*args, env=None):
 @pytest.mark.parametrize("case", ["swapped", "out_is_checkpoint", "length_abc", "length_0", "length_negative",
                                   "stride_negative", "stride_over_0", "factor_abc", "no_such_split", "nan_weights",
                                   "context_window_flag", "unknown_flag", "bad_override_value", "fairseq_failure",
-                                  "longer_than_the_split", "out_is_a_directory", "every_stride_longer_than_the_length"])
+                                  "longer_than_the_split", "out_is_a_directory", "every_stride_longer_than_the_length",
+                                  "row_fields_not_an_object"])
 def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpoint, wt2_slice, tmp_path):
     out = tmp_path / "r.jsonl"
     checkpoint = toy_checkpoint
@@ -308,6 +309,8 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
         env = {"ALIBI_SCALING": "linear", "ALIBI_SCALING_FACTOR": "abc"}
     elif case == "no_such_split":
         env = {"SPLIT": "dev"}
+    elif case == "row_fields_not_an_object":
+        env = {"ROW_FIELDS": "[1]"}
     elif case == "context_window_flag":  # at least as long as the window: fairseq would crash
         args += ["0", "--", "--context-window", "40"]
     elif case == "unknown_flag":
@@ -335,6 +338,8 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
         assert "cannot append to" in last and "d.jsonl" in last
     if case == "every_stride_longer_than_the_length":
         assert "nothing to score" in last and "stride 64 > L_valid 32" in last
+    if case == "row_fields_not_an_object":
+        assert last.startswith("error: ROW_FIELDS must be a JSON object") and last.endswith("got '[1]'")
 
 
 def score_many(scorings, data):
