@@ -125,6 +125,10 @@ class AlibiRobertaModel(RobertaModel):
                                  "fairseq's RoBERTa encoder with sinusoidal positions (the twin)")
         parser.add_argument("--encoder-learned-pos", action="store_true",
                             help="with --encoder-alibi none: learned positions (stock --arch roberta)")
+        parser.add_argument("--scale-embedding", action="store_true",
+                            help="multiply the token embeddings by sqrt(d) before positions are added (fairseq's "
+                                 "transformer convention; RoBERTa's, the default, does not). Under RoBERTa's "
+                                 "embedding LayerNorm it changes nothing for an encoder without position embeddings")
 
     @classmethod
     def build_model(cls, args, task):
@@ -144,6 +148,8 @@ def position_defaults(args, variant: str):
     base architecture, which would turn learned positions on)."""
     args.encoder_alibi = getattr(args, "encoder_alibi", variant)
     args.encoder_learned_pos = getattr(args, "encoder_learned_pos", False)
+    if getattr(args, "scale_embedding", False):  # RoBERTa's base architecture would set it True
+        args.no_scale_embedding = False
 
 
 # CPU scale, the LM preset's dimensions (head dim 16): alibi_roberta_small's, littlebird_roberta_small's.

@@ -221,6 +221,26 @@ def test_masked_lm_twins_build_from_the_same_flag():
     assert sinusoidal.max_positions() > 10**6  # sinusoidal positions extend: evaluate past training
 
 
+@pytest.mark.parametrize("variant", ["symmetric", "none"])
+def test_scale_embedding_multiplies_tokens_by_sqrt_d_and_is_a_no_op_without_position_embeddings(variant):
+    """The same weights with and without --scale-embedding: the embedding before its LayerNorm is
+    sqrt(d) x tokens (+ positions); after it, an ALiBi encoder (no positions added) is unchanged,
+    the sinusoidal twin is not."""
+    plain, d = encoder(variant, seed=3)
+    scaled, _ = encoder(variant, seed=3, extra=["--scale-embedding"])
+    scaled.load_state_dict(plain.state_dict())
+    tokens = random_tokens(len(d), 2, 9)
+    assert plain.embed_scale == 1.0 and scaled.embed_scale == math.sqrt(32)
+    with torch.no_grad():
+        raw = plain.embed_tokens(tokens)
+        assert (plain.embed_positions is None) == (variant != "none")
+        positions = plain.embed_positions(tokens) if variant == "none" else 0
+        expected = plain.layernorm_embedding(math.sqrt(32) * raw + positions)
+        torch.testing.assert_close(scaled.forward_embedding(tokens)[0], expected)
+    same = torch.allclose(encode(scaled, tokens), encode(plain, tokens), rtol=1e-4, atol=1e-4)
+    assert same == (variant != "none")
+
+
 @pytest.mark.parametrize("variant", ["ruoss", "bialibi"])
 def test_incremental_decoding_with_cross_attention_equals_teacher_forcing(variant):
     torch.manual_seed(0)
