@@ -47,7 +47,8 @@ def masked_lm(length, updates=600):
             "--lr", "0.001", "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(updates // 10),
             "--total-num-update", str(updates), "--max-update", str(updates), "--clip-norm", "1.0",
             "--max-tokens", "2048", "--weight-decay", "0.01", "--seed", "1", "--required-batch-size-multiple", "1",
-            "--num-workers", "0", "--save-interval-updates", "100", "--skip-invalid-size-inputs-valid-test")
+            "--num-workers", "0", "--save-interval-updates", "100", "--keep-interval-updates", "1",
+            "--no-epoch-checkpoints", "--skip-invalid-size-inputs-valid-test")
 
 
 RECIPES = ("small", "wiki103", "masked_lm")

@@ -15,9 +15,9 @@ architecture); an interrupted training resumes from its last checkpoint and a fi
 scripts/eval.sh (a masked LM: scripts/eval_mlm.py, its one fixed mask, nonoverlapping) and
 appended to OUT/results.jsonl, a row carrying the label, the seed, the recipe, the commit and the
 machine; nothing is ever deleted, so stopping (Ctrl-C) and running the same command again
-continues where it stopped. The unigram model (scripts/unigram.py) is every table's floor row. Tables and figures (scripts/results.py) are rebuilt from the rows of the
-declared runs after each job; OUT/runs.jsonl records each invocation (command, commit, machine,
-start, wall time).
+continues where it stopped. The unigram model (scripts/unigram.py) is every table's floor row.
+Tables and figures (scripts/results.py) are rebuilt from the rows of the declared runs after each
+job; OUT/runs.jsonl records each invocation (command, commit, machine, start, wall time).
 """
 import argparse
 import contextlib
@@ -106,7 +106,7 @@ ENCODERS = (*(Model(f"ALiBi {variant}", "alibi_roberta_small", ("--encoder-alibi
                   ("--encoder-alibi", "none", "--encoder-learned-pos", "--max-positions", "1024")))
 EXPERIMENTS["mlm"] = Experiment(
     "Masked LMs (RoBERTa-style encoders) trained at L=64, scored to 16L on one fixed mask.",
-    ENCODERS, recipe="masked_lm", strides=("0",))
+    ENCODERS, recipe="masked_lm", strides=("0",))  # eval_mlm.py: nonoverlapping blocks only
 
 
 def slug(label):
@@ -170,8 +170,7 @@ class Runner:
         if self.masked:  # train_once.sh writes the log and measures
             command = [os.path.join("scripts", "train_once.sh"), save, f"{model.label} (seed {seed})", "--",
                        "fairseq-train", self.data, "--save-dir", save, "--user-dir", "fairseq_alibi", "--arch", model.method,
-                       *recipes["recipe"](self.experiment.recipe, self.length, 1, self.updates),
-                       "--no-epoch-checkpoints", "--keep-interval-updates", "1", *common]
+                       *recipes["recipe"](self.experiment.recipe, self.length, 1, self.updates), *common]
         else:
             command = [sys.executable, os.path.join("scripts", "measure.py"), os.path.join(save, "resources.jsonl"), "--",
                        os.path.join("scripts", "train.sh"), model.method, str(self.length), self.data, save,
@@ -202,8 +201,6 @@ class Runner:
     def evaluations(self, model):
         """(scaling, L_valid, stride) to score: every length and stride; scalings past L only (at L
         they change nothing)."""
-        if self.masked:
-            return [("none", lv, "0") for lv in self.lengths]
         jobs = [("none", lv, s) for lv in self.lengths for s in self.experiment.strides]
         jobs += [(sc, lv, s) for sc in model.scalings for lv in self.lengths if lv > self.length
                  for s in self.experiment.strides]

@@ -21,7 +21,7 @@ CHECKPOINTS=${CHECKPOINTS:-checkpoints/wikitext2-mlm}
 
 # The masked-LM recipe by name (fairseq_alibi/recipes.py, the experiment runner's too), for UPDATES.
 mapfile -d '' recipe < <(python3 fairseq_alibi/recipes.py flags masked_lm "$L" 1 "$UPDATES") && [ ${#recipe[@]} -gt 0 ] || exit 1
-recipe+=(--cpu --no-epoch-checkpoints --keep-interval-updates 1 --log-interval 50 --no-progress-bar)
+recipe+=(--cpu --log-interval 50 --no-progress-bar)
 
 LITTLEBIRD_BLOCK=${LITTLEBIRD_BLOCK:-8}
 LITTLEBIRD_PACK=${LITTLEBIRD_PACK:-8}
