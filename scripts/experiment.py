@@ -11,7 +11,8 @@ METHOD and flags, the inference-time scalings scored past L), the recipe by name
 evaluation grid. Each (model, seed) trains into CHECKPOINTS/<label>-L<L>-s<seed>: a causal LM
 through scripts/train.sh, a masked LM through scripts/train_once.sh (its METHOD is the fairseq
 architecture); an interrupted training resumes from its last checkpoint and a finished one
-(recipes.run_status) is left untouched. Each missing (length, stride, scaling) is scored through
+(recipes.run_status) is left untouched, as is one whose rows are all in the results where its checkpoint
+is gone (a fresh machine, the rows kept in git). Each missing (length, stride, scaling) is scored through
 scripts/eval.sh (a masked LM: scripts/eval_mlm.py, its one fixed mask, nonoverlapping) and
 appended to OUT/results.jsonl, a row carrying the label, the seed, the recipe, the commit and the
 machine; nothing is ever deleted, so stopping (Ctrl-C) and running the same command again
@@ -216,17 +217,25 @@ class Runner:
     def evaluate(self, model, checkpoint):
         """Score what is missing from the results, in one scripts/eval.sh process per scoring (where
         only some is missing, the lengths, strides and scalings it spans are all scored again)."""
-        updates = recipes["checkpoint_summary"](checkpoint)[2]
-        done = {row_key(r) for r in read_rows(self.results)}
-        scored = False
+        missing = self.missing(model, checkpoint, recipes["checkpoint_summary"](checkpoint)[2])
         for label, flags in self.scorings(model):
-            missing = [(scaling, l_valid, stride) for scaling, l_valid, stride in self.evaluations(model)
-                       if (label, checkpoint, updates, l_valid, stride_rule(stride), scaling,
-                           self.experiment.split) not in done]
-            if missing:
-                self.score(label, checkpoint, missing, flags)
-                scored = True
-        return scored
+            if missing[label]:
+                self.score(label, checkpoint, missing[label], flags)
+        return any(missing.values())
+
+    def missing(self, model, checkpoint, updates):
+        """Each scoring's label -> the (scaling, L_valid, stride) the results lack for checkpoint."""
+        done = {row_key(r) for r in read_rows(self.results)}
+        return {label: [(scaling, l_valid, stride) for scaling, l_valid, stride in self.evaluations(model)
+                        if (label, checkpoint, updates, l_valid, stride_rule(stride), scaling,
+                            self.experiment.split) not in done]
+                for label, _ in self.scorings(model)}
+
+    def scored_elsewhere(self, model, seed):
+        """Every row of (model, seed) at the declared updates is in the results, but its checkpoint is
+        not here (a fresh machine, the rows kept in git): it is done, not trained again."""
+        checkpoint = os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
+        return not os.path.exists(checkpoint) and not any(self.missing(model, checkpoint, self.updates).values())
 
     def score(self, label, checkpoint, jobs, flags):
         scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in jobs)] for i in range(3))
@@ -312,6 +321,9 @@ class Runner:
             elapsed = job_start - start
             left = f", about {duration(sum(worked) / len(worked) * (len(jobs) - number + 1))} left" if worked else ""
             print(f"== [{number}/{len(jobs)}] {model.label}, seed {seed} ({duration(elapsed)} so far{left})", flush=True)
+            if self.scored_elsewhere(model, seed):
+                print("    already scored (its checkpoint is not on this machine): nothing to do", flush=True)
+                continue
             checkpoint = self.train(model, seed)
             if self.evaluate(model, checkpoint) and number < len(jobs):
                 self.tabulate()  # what is done so far, in case the run is stopped
@@ -322,7 +334,10 @@ class Runner:
         """Each (model, seed) by a runner of its own (its rows in OUT/parts/<run>), --parallel at a
         time (small models leave a GPU, or many cores, mostly idle); each part's rows are appended
         to OUT/results.jsonl as it ends. Stopped and rerun, it continues as run_in_turn does."""
-        waiting, running, failed = list(jobs), {}, []
+        waiting, running, failed = [job for job in jobs if not self.scored_elsewhere(*job)], {}, []
+        if len(waiting) < len(jobs):
+            print(f"== {len(jobs) - len(waiting)} of {len(jobs)} already scored (their checkpoints are not on this "
+                  "machine): nothing to do for them", flush=True)
         while waiting or running:
             while waiting and len(running) < self.args.parallel:
                 model, seed = waiting.pop(0)

@@ -3,6 +3,7 @@ import json
 import re
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -189,8 +190,13 @@ def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slic
     after = snapshot(checkpoints / "alibi-L16-s1")
     assert {k: v for k, v in after.items() if not k.endswith((".log", ".jsonl"))} == {
         k: v for k, v in finished.items() if not k.endswith((".log", ".jsonl"))}
+    # On a machine without the checkpoints (the rows kept in git), the scored runs are not trained again.
+    shutil.rmtree(checkpoints)
+    elsewhere = run(command)
+    assert elsewhere.count("already scored") == 2 and not checkpoints.exists()
+    assert len((out / "results.jsonl").read_text().splitlines()) == len(rows)
     provenance = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
-    assert len(provenance) == 2 and all(p["command"].startswith("python scripts/experiment.py comparison") for p in provenance)
+    assert len(provenance) == 3 and all(p["command"].startswith("python scripts/experiment.py comparison") for p in provenance)
 
 
 def test_trade_preset_toy_run(wt2_slice, tmp_path):
