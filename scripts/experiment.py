@@ -62,6 +62,9 @@ class Experiment:
     # model scored with its documents kept apart and packed (--document-separator set and dropped
     # at evaluation), in rows labelled "<label>, scored apart|packed". False: the usual data.
     documents: bool = False
+    # checkpoints/<this> (default: the experiment's name): experiments that share a model (same label,
+    # flags, recipe, L) and name the same directory train it once.
+    checkpoints: str = ""
 
 
 SEPARATOR = "<doc>"  # what prepare-wikitext.sh --documents writes between articles
@@ -110,6 +113,26 @@ EXPERIMENTS["mlm"] = Experiment(
     ENCODERS, recipe="masked_lm", strides=("0",))  # eval_mlm.py: nonoverlapping blocks only
 
 
+def littlebird(block, pack):
+    """LittleBird (blocks of `block` tokens, a pack of `pack`) without and with padding insertion."""
+    flags = ("--block-size", str(block), "--pack-length", str(pack))
+    return (Model("LittleBird", "littlebird_roberta_small", flags),
+            Model("LittleBird + padding insertion", "littlebird_roberta_small", (*flags, "--padding-insertion", "0.5")))
+
+
+DENSE = {m.label: m for m in ENCODERS}
+EXPERIMENTS["littlebird"] = Experiment(
+    "LittleBird (blocks of 8, a pack of 8: 8 blocks at L=64, sparse in training) against the dense "
+    "encoders of its size, as mlm; the dense ones are mlm's own runs (its checkpoints).",
+    (*littlebird(8, 8), DENSE["ALiBi bialibi"], DENSE["Sinusoidal"]), recipe="masked_lm", strides=("0",),
+    checkpoints="mlm")
+EXPERIMENTS["littlebird-long"] = Experiment(
+    "LittleBird with its own setting (blocks and pack of 64) trained at L=512, where its window is "
+    "sparse (8 blocks), against dense BiALiBi at the same L, scored to 8L.",
+    (*littlebird(64, 64)[:1], DENSE["ALiBi bialibi"]), recipe="masked_lm", train_length=512, seeds=(1, 2),
+    multiples=(1, 2, 4, 8), strides=("0",))
+
+
 def slug(label):
     return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
 
@@ -152,7 +175,7 @@ class Runner:
         self.updates = args.updates or int(recipes["last_value"](recipes["recipe"](experiment.recipe, self.length), "--max-update"))
         self.lengths = args.lengths or [m * self.length for m in experiment.multiples]
         self.out = args.out or os.path.join("runs", name)
-        self.checkpoints = args.checkpoints or os.path.join("checkpoints", name)
+        self.checkpoints = args.checkpoints or os.path.join("checkpoints", experiment.checkpoints or name)
         self.models = [m for m in experiment.models if not args.models or m.label in args.models or slug(m.label) in args.models]
         self.results = os.path.join(self.out, "results.jsonl")
         self.fields = json.dumps({"experiment": name, "recipe": experiment.recipe})
@@ -417,7 +440,8 @@ def prepare_wikitext2(documents=False):
 # for them; not DATA, OUT or CHECKPOINTS: names too common to refuse (a GPU machine here sets OUT).
 PRESET_VARIABLES = {"L": "--train-length", "UPDATES": "--updates", "L_VALID": "--lengths",
                     "TRAIN_FLAGS": "--train-flags", "VARIANTS": "--models",
-                    "SLIDING": "nothing (the declaration scores both strides)"}
+                    "SLIDING": "nothing (the declaration scores both strides)",
+                    "LITTLEBIRD_BLOCK": "--train-flags '--block-size N'", "LITTLEBIRD_PACK": "--train-flags '--pack-length N'"}
 
 
 def main():

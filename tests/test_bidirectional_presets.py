@@ -16,45 +16,66 @@ ENCODER_TOY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-
                "--encoder-attention-heads", "4", "--max-tokens", "1024", "--log-interval", "2"]
 
 
-def test_masked_lm_preset_toy_run(wt2_slice, tmp_path):
-    env = dict(os.environ, DATA=wt2_slice, L="16", UPDATES="4", L_VALID="16 64",
-               # the learned-position twin runs fairseq's own encoder, as the sinusoidal one does (one is enough
-               # here); the runner's masked-LM test trains an encoder ALiBi variant
-               VARIANTS="learned_pos littlebird", LITTLEBIRD_BLOCK="2", LITTLEBIRD_PACK="2",
-               OUT=str(tmp_path / "out"),
-               CHECKPOINTS=str(tmp_path / "checkpoints"), TRAIN_FLAGS=" ".join(ENCODER_TOY))
-    printed = run(["examples/wikitext2/mlm.sh"], env=env)
-    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
-    assert sorted((r["label"], r["l_valid"]) for r in rows) == [
-        (label, lv) for label in ("Learned positions", "LittleBird", "Unigram (add-one)")
-        for lv in (16, 64)]
-    # the same masked tokens at every length and for every model, the unigram floor included
-    assert len({(r["masked_tokens"], r["mask_seed"]) for r in rows}) == 1 and rows[0]["masked_tokens"] > 1000
+def test_masked_lm_presets_toy_run_seeds_floor_and_shared_checkpoints(wt2_slice, tmp_path):
+    """examples/wikitext2/mlm.sh (scripts/experiment.py mlm) at toy size: an ALiBi encoder with two
+    seeds and the learned-position twin (fairseq's own encoder), trained through train_once.sh on
+    the masked_lm recipe (fairseq_alibi/recipes.py), scored by eval_mlm.py on its one fixed mask at L
+    and 4L with the masked unigram floor; the table is mean ± std over the seeds. Then
+    littlebird.sh on the same checkpoints: LittleBird trained, the dense encoder's finished run
+    scored, not retrained. (Reruns, resumption: the causal runner test, the same code.)"""
+    out, checkpoints = tmp_path / "out", tmp_path / "checkpoints"
+    common = ["--data", wt2_slice, "--train-length", "16", "--updates", "4", "--lengths", "16", "64",
+              "--checkpoints", checkpoints, "--train-flags", " ".join(ENCODER_TOY)]
+    printed = run(["examples/wikitext2/mlm.sh", *common, "--out", out, "--seeds", "1", "2", "--models", "alibi-bialibi"])
+    run(["examples/wikitext2/mlm.sh", *common, "--out", out, "--seeds", "1", "--models", "learned-positions"])
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     models = [r for r in rows if r["model"] != "unigram"]
-    assert all(math.isfinite(r["perplexity"]) and r["train_length"] == 16 for r in models)
+    assert sorted((r["label"], r["seed"], r["l_valid"]) for r in models) == [
+        *(("ALiBi bialibi", seed, lv) for seed in (1, 2) for lv in (16, 64)), ("Learned positions", 1, 16),
+        ("Learned positions", 1, 64)]
+    for r in models:
+        assert math.isfinite(r["perplexity"]) and r["updates"] == 4 and r["train_length"] == 16 and r["commit"]
+        assert r["experiment"] == "mlm" and r["recipe"] == "masked_lm" and r["stride_rule"] == "0"
+    flags = json.loads((checkpoints / "alibi-bialibi-L16-s2" / "train_flags.json").read_text())
+    assert flags["--task"] == "masked_lm" and flags["--seed"] == "2" and flags["--total-num-update"] == "4"
+    # the same masked tokens at every length and for every model, the floor included
+    assert len({(r["masked_tokens"], r["mask_seed"]) for r in rows}) == 1 and rows[0]["masked_tokens"] > 1000
     floor = {r["l_valid"]: r["perplexity"] for r in rows if r["model"] == "unigram"}
     assert floor[16] == floor[64] and floor[16] > 1  # a toy's models may not beat it: not asserted
-    assert (tmp_path / "checkpoints" / "littlebird-L16-b2-s2" / "checkpoint_last.pt").is_file()  # 8 blocks at L
-    assert "| Learned positions 16 |" in printed and (tmp_path / "out" / "figure_valid_stride0.png").stat().st_size > 0
-    # a finished run is evaluated again, not retrained
-    again = run(["examples/wikitext2/mlm.sh"], env=dict(env, VARIANTS="learned_pos"))
-    assert "is already trained" in again
-    # ... and a rerun of some variants keeps the others' results (appended to, never deleted)
-    after = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
-    assert len(after) == len(rows) + 4 and "| LittleBird 16 |" in again
-    # past a learned-position table (16L here): one line, and no row for the lengths before it either
-    learned = tmp_path / "checkpoints" / "learned_pos-L16" / "checkpoint_last.pt"
+    ppl = {(r["label"], r["seed"], r["l_valid"]): r["perplexity"] for r in models}
+    assert ppl[("ALiBi bialibi", 1, 16)] != ppl[("ALiBi bialibi", 2, 16)]  # the seed reached training
+    values = [ppl[("ALiBi bialibi", seed, 64)] for seed in (1, 2)]
+    mean, std = sum(values) / 2, abs(values[0] - values[1]) / 2 ** 0.5
+    table = (out / "table_valid_stride0.md").read_text()  # the last invocation's models
+    assert "| Learned positions 16 | " in table and f"| Unigram (add-one) | {floor[16]:.2f} |" in table
+    assert f"| ALiBi bialibi 16 | 2 | " in printed and f"{mean:.2f} ± {std:.2f}" in printed
+    # LittleBird beside the dense encoder, whose finished run (mlm's checkpoint) is scored, not retrained
+    bialibi = snapshot_checkpoint(checkpoints / "alibi-bialibi-L16-s1")
+    littlebird = run(["examples/wikitext2/littlebird.sh", *common, "--out", tmp_path / "lb", "--seeds", "1",
+                      "--models", "littlebird", "alibi-bialibi"])
+    assert "already trained" in littlebird and snapshot_checkpoint(checkpoints / "alibi-bialibi-L16-s1") == bialibi
+    lb = {(r["label"], r["l_valid"]): r["perplexity"] for r in map(json.loads, (tmp_path / "lb" / "results.jsonl").open())}
+    assert lb[("ALiBi bialibi", 64)] == ppl[("ALiBi bialibi", 1, 64)] and math.isfinite(lb[("LittleBird", 64)])
+    assert (checkpoints / "littlebird-L16-s1" / "checkpoint_last.pt").is_file()
+    # past a learned-position table (1024 rows): one line, and no row for the lengths before it either
+    learned = checkpoints / "learned-positions-L16-s1" / "checkpoint_last.pt"
     past = subprocess.run(["python", "scripts/eval_mlm.py", learned, wt2_slice, tmp_path / "past.jsonl",
-                           "--lengths", "16 512"], cwd=REPO, capture_output=True, text=True)
+                           "--lengths", "16 2048"], cwd=REPO, capture_output=True, text=True)
     assert past.returncode == 1 and "Traceback" not in past.stderr and not (tmp_path / "past.jsonl").exists()
-    assert "L_valid 512 is past" in past.stderr.strip().splitlines()[-1]
-    assert all(r["seed"] == 1 and r["commit"] for r in map(json.loads, after) if r["model"] != "unigram")
+    assert "L_valid 2048 is past" in past.stderr.strip().splitlines()[-1]
     # the data's dictionary is kept beside each model: another corpus's of the same size is refused
     other = same_size_other_dictionary(wt2_slice, tmp_path / "other")
     refused = subprocess.run(["python", "scripts/eval_mlm.py", learned, other, tmp_path / "o.jsonl", "--lengths", "16"],
                              cwd=REPO, capture_output=True, text=True)
     assert refused.returncode == 1 and "trained on another dictionary" in refused.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "o.jsonl").exists()
+    # eval_mlm.py's score against the model applied to each block by hand, the mask drawn the same way
+    assert ppl[("ALiBi bialibi", 1, 16)] == pytest.approx(
+        masked_perplexity_by_hand(checkpoints / "alibi-bialibi-L16-s1" / "checkpoint_last.pt", wt2_slice, 16), rel=1e-4)
+
+
+def snapshot_checkpoint(save):
+    return {name: (save / name).read_bytes() for name in ("checkpoint_last.pt", "train_flags.json")}
 
 
 def same_size_other_dictionary(data, copy):
@@ -68,41 +89,33 @@ def same_size_other_dictionary(data, copy):
     return copy
 
 
-def test_fixed_mask_evaluation_equals_scoring_each_block_by_hand(wt2_slice, tmp_path):
-    """scripts/eval_mlm.py against the model applied to each block directly, the mask drawn the
-    same way: one block length, a short split."""
+def masked_perplexity_by_hand(checkpoint, data, length):
+    """The masked-token perplexity of a masked LM on the valid split in blocks of `length` (<s> and
+    length - 1 tokens), the mask drawn as scripts/eval_mlm.py draws it (seed 1, 15%)."""
     import torch
     import torch.nn.functional as F
-
-    env = dict(os.environ, DATA=wt2_slice, L="16", UPDATES="2", L_VALID="16", VARIANTS="ruoss",
-               OUT=str(tmp_path / "out"), CHECKPOINTS=str(tmp_path / "checkpoints"), TRAIN_FLAGS=" ".join(ENCODER_TOY))
-    run(["examples/wikitext2/mlm.sh"], env=env)
-    (row,) = [r for r in map(json.loads, (tmp_path / "out" / "results.jsonl").read_text().splitlines())
-              if r["model"] != "unigram"]  # mlm.sh's floor row beside it
 
     import fairseq_alibi  # noqa: F401
     from fairseq import checkpoint_utils
     from fairseq.data import data_utils
 
-    checkpoint = tmp_path / "checkpoints" / "ruoss-L16" / "checkpoint_last.pt"
-    (model,), _, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": wt2_slice})
+    (model,), _, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": str(data)})
     model.eval()
     d = task.source_dictionary
-    split = data_utils.load_indexed_dataset(os.path.join(wt2_slice, "valid"), d)
+    split = data_utils.load_indexed_dataset(os.path.join(data, "valid"), d)
     stream = torch.cat([split[i] for i in range(len(split))])
     masked = torch.rand(stream.shape, generator=torch.Generator().manual_seed(1)) < 0.15
     total, count = 0.0, 0
     with torch.no_grad():
-        for start in range(0, len(stream), 15):  # blocks of L - 1 tokens after <s>
-            tokens, mask = stream[start:start + 15], masked[start:start + 15]
+        for start in range(0, len(stream), length - 1):
+            tokens, mask = stream[start:start + length - 1], masked[start:start + length - 1]
             if not mask.any():
                 continue
             src = torch.cat([torch.tensor([d.bos()]), tokens.masked_fill(mask, d.index("<mask>"))])[None]
             logits = model(src)[0][0, 1:][mask]
             total += F.cross_entropy(logits, tokens[mask], reduction="sum").item()
             count += int(mask.sum())
-    assert row["masked_tokens"] == count
-    assert math.isclose(row["perplexity"], math.exp(total / count), rel_tol=1e-4)
+    return math.exp(total / count)
 
 
 def test_synthetic_tasks_preset_toy_run(tmp_path):
@@ -224,35 +237,3 @@ def test_unigram_refuses_bad_arguments_in_one_line_before_writing(wt2_slice, tmp
     with pytest.raises(SystemExit, match=re.escape(message)):
         unigram["main"]()
     assert os.listdir(tmp_path) == []
-
-
-def test_experiment_runner_masked_lm_toy_run_two_seeds_and_the_floor(wt2_slice, tmp_path):
-    """scripts/experiment.py mlm at toy size: an ALiBi encoder, two seeds,
-    trained through train_once.sh on the masked_lm recipe (fairseq_alibi/recipes.py, mlm.sh's too),
-    scored by eval_mlm.py on its one fixed mask at L and 4L, the masked unigram floor; rows carry
-    label, seed, updates and the experiment; the table is mean ± std over the seeds. (Nothing
-    trained or scored again on a rerun: the causal runner test, the same code.)"""
-    out = tmp_path / "out"
-    command = ["python", "scripts/experiment.py", "mlm", "--data", wt2_slice, "--train-length", "16", "--updates", "4",
-               "--lengths", "16", "64", "--seeds", "1", "2", "--models", "alibi-bialibi", "--out", out,
-               "--checkpoints", tmp_path / "checkpoints", "--train-flags", " ".join(ENCODER_TOY)]
-    printed = run(command)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    models = [r for r in rows if r["model"] != "unigram"]
-    assert sorted((r["label"], r["seed"], r["l_valid"]) for r in models) == [
-        ("ALiBi bialibi", seed, lv) for seed in (1, 2) for lv in (16, 64)]
-    for r in models:
-        assert math.isfinite(r["perplexity"]) and r["updates"] == 4 and r["train_length"] == 16
-        assert r["experiment"] == "mlm" and r["recipe"] == "masked_lm" and r["stride_rule"] == "0"
-    flags = json.loads((tmp_path / "checkpoints" / "alibi-bialibi-L16-s2" / "train_flags.json").read_text())
-    assert flags["--task"] == "masked_lm" and flags["--seed"] == "2" and flags["--total-num-update"] == "4"
-    # the same masked tokens for every model and the floor
-    assert len({r["masked_tokens"] for r in rows}) == 1
-    (floor,) = {r["perplexity"] for r in rows if r["model"] == "unigram"}
-    ppl = {(r["label"], r["seed"], r["l_valid"]): r["perplexity"] for r in models}
-    assert ppl[("ALiBi bialibi", 1, 16)] != ppl[("ALiBi bialibi", 2, 16)]  # the seed reached training
-    values = [ppl[("ALiBi bialibi", seed, 64)] for seed in (1, 2)]
-    mean, std = sum(values) / 2, abs(values[0] - values[1]) / 2 ** 0.5
-    table = (out / "table_valid_stride0.md").read_text()
-    assert f"{mean:.2f} ± {std:.2f}" in table and f"| Unigram (add-one) | 1 | {floor:.2f} |" in table
-    assert "| ALiBi bialibi 16 | 2 |" in printed
