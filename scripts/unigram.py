@@ -63,7 +63,7 @@ def check(args):
     for rule in args.strides.split():
         if not (rule.isdigit() or (rule.startswith("/") and rule[1:].isdigit() and int(rule[1:]) > 0)):
             raise SystemExit(f"error: --strides takes 0, a positive integer or /K (K > 0), got '{rule}'")
-    runpy.run_path(os.path.join(PACKAGE, "provenance.py"))["row_fields"](args.fields)
+    args.fields = runpy.run_path(os.path.join(PACKAGE, "provenance.py"))["row_fields"](args.fields)  # a dict from here on
     if args.masked_lm and not 0 < args.mask_prob < 1:
         raise SystemExit(f"error: --mask-prob must be between 0 and 1, got {args.mask_prob}")
     runpy.run_path(os.path.join(PACKAGE, "files.py"))["require_appendable"](args.out)
@@ -106,7 +106,7 @@ def main():
                 "stride_rule": f"L_valid{rule}" if rule.startswith("/") else rule, "scaling": "none",
                 "scaling_factor": None, "loss_base2": math.log2(ppl), "perplexity": ppl, "tokens": tokens,
                 "seed": None, "commit": provenance["commit"](), "machine": provenance["machine"](), **mask_fields,
-                **provenance["row_fields"](args.fields)}))
+                **args.fields}))
     runpy.run_path(os.path.join(PACKAGE, "files.py"))["append_lines"](args.out, rows)
     print(f"{LABEL}: perplexity {ppl:.2f} on {tokens} {'masked ' if masked else ''}{args.split} tokens")
 
