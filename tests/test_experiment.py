@@ -501,3 +501,33 @@ def test_the_runners_children_yield_as_the_runner_does_under_nice():
             "with e['stopped_together'](p): print(open(f'/proc/{p.pid}/autogroup').read()); p.kill()")
     shown = subprocess.run(["nice", "-n", "7", sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert shown.returncode == 0 and shown.stdout.strip().endswith("nice 7"), shown.stderr[-500:]
+
+
+def test_claims_verdicts_against_the_spread_written_out(tmp_path):
+    """scripts/claims.py: a claim is separated when the means differ by more than the two sample
+    standard deviations together, and needs 3 seeds a side; from rows as the runner writes them."""
+    claims = runpy.run_path(os.path.join(REPO, "scripts", "claims.py"))
+    verdict = claims["verdict"]
+    assert verdict([1, 2, 3], [10, 11, 12], "lower") == "supported"  # |diff| 9 > 1 + 1
+    assert verdict([10, 11, 12], [1, 2, 3], "lower") == "refuted"
+    assert verdict([1, 2, 3], [2.9, 3.0, 3.1], "lower") == "not separated"  # |diff| 1 <= 1 + 0.1
+    assert verdict([1, 2, 3], [3.1, 3.2, 3.3], "lower") == "supported"  # 1.2 > 1.1
+    assert verdict([2.9, 3.0, 3.1], [1, 2, 3], "at most") == "supported (not separated)"
+    assert verdict([10, 11, 12], [1, 2, 3], "at most") == "refuted"
+    assert verdict([1, 2], [10, 11, 12], "lower") == "fewer than 3 seeds"
+
+    def row(label, seed, l_valid, ppl, stride="0", scaling="none"):
+        return {"model": "m", "label": label, "split": "valid", "train_length": 64, "seed": seed,
+                "checkpoint": f"{label}-s{seed}", "l_valid": l_valid, "perplexity": ppl, "stride_rule": stride,
+                "stride": 0, "scaling": scaling}
+
+    rows = [row("FIRE", s, lv, 100 + s + (0 if lv == 64 else 50)) for s in (1, 2, 3) for lv in (64, 1024)]
+    rows += [row("ALiBi", s, lv, 100 + s) for s in (1, 2, 3) for lv in (64, 1024)]
+    rows += [row("ALiBi", s, 1024, 100 + s, stride="L_valid/2") for s in (1, 2)]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = claims["table"](results["load"]([str(path)]), [claims["Claim"]("FIRE beats ALiBi", ("FIRE", 16), ("ALiBi", 16), "lower")])
+    nonoverlapping, sliding = text.splitlines()[2:]
+    assert "FIRE at 1024: 152.00 ± 1.00 (n=3)" in nonoverlapping and "ALiBi at 1024: 102.00 ± 1.00 (n=3)" in nonoverlapping
+    assert nonoverlapping.endswith("| refuted |")
+    assert "FIRE at 1024: not scored" in sliding and sliding.endswith("| fewer than 3 seeds |")
