@@ -125,6 +125,9 @@ class AlibiRobertaModel(RobertaModel):
                                  "fairseq's RoBERTa encoder with sinusoidal positions (the twin)")
         parser.add_argument("--encoder-learned-pos", action="store_true",
                             help="with --encoder-alibi none: learned positions (stock --arch roberta)")
+        parser.add_argument("--no-token-positional-embeddings", action="store_true",
+                            help="with --encoder-alibi none: no positions at all (NoPE; the encoder sees its "
+                                 "input as a bag of tokens, the control for what position embeddings add)")
         parser.add_argument("--scale-embedding", action="store_true",
                             help="multiply the token embeddings by sqrt(d) before positions are added (fairseq's "
                                  "transformer convention; RoBERTa's, the default, does not). Under RoBERTa's "
@@ -137,8 +140,14 @@ class AlibiRobertaModel(RobertaModel):
         if getattr(args, "max_positions", None) is None:  # as RoBERTa: the learned table's size
             args.max_positions = args.tokens_per_sample
         if args.encoder_alibi == "none":  # a twin: fairseq's own encoder and position embeddings
+            if args.no_token_positional_embeddings and args.encoder_learned_pos:
+                raise ConfigError("--no-token-positional-embeddings drops the positions that --encoder-learned-pos "
+                                  "would learn: give one of them")
             twin = RobertaEncoder if args.encoder_learned_pos else SinusoidalRobertaEncoder
             return cls(args, twin(args, task.source_dictionary))
+        if args.no_token_positional_embeddings:
+            raise ConfigError("--no-token-positional-embeddings is for --encoder-alibi none (an ALiBi encoder "
+                              "has no position embeddings already): drop it")
         check_encoder_args(args, left_padded=False)  # masked_lm pads on the right
         return cls(args, AlibiRobertaEncoder(args, task.source_dictionary))
 
@@ -148,6 +157,7 @@ def position_defaults(args, variant: str):
     base architecture, which would turn learned positions on)."""
     args.encoder_alibi = getattr(args, "encoder_alibi", variant)
     args.encoder_learned_pos = getattr(args, "encoder_learned_pos", False)
+    args.no_token_positional_embeddings = getattr(args, "no_token_positional_embeddings", False)
     if getattr(args, "scale_embedding", False):  # RoBERTa's base architecture would set it True
         args.no_scale_embedding = False
 

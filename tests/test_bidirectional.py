@@ -221,6 +221,27 @@ def test_masked_lm_twins_build_from_the_same_flag():
     assert sinusoidal.max_positions() > 10**6  # sinusoidal positions extend: evaluate past training
 
 
+def test_the_nope_encoder_sees_a_bag_of_tokens():
+    """--encoder-alibi none --no-token-positional-embeddings: no position embeddings, so permuting
+    the input tokens permutes the outputs (an identity the math must satisfy; the sinusoidal twin
+    breaks it); with learned positions or an ALiBi variant, the flag is refused at build."""
+    from fairseq_alibi.base import ConfigError
+
+    nope, d = build_model("alibi_roberta_small", extra=["--encoder-alibi", "none", "--no-token-positional-embeddings",
+                                                        *SMALL], task="masked_lm")
+    sinusoidal, _ = build_model("alibi_roberta_small", extra=["--encoder-alibi", "none", *SMALL], task="masked_lm")
+    assert nope.encoder.sentence_encoder.embed_positions is None
+    tokens = random_tokens(len(d), 1, 12)
+    order = torch.randperm(12, generator=torch.Generator().manual_seed(0))
+    for model, equivariant in ((nope, True), (sinusoidal, False)):
+        with torch.no_grad():
+            out, permuted = model.eval()(tokens)[0], model(tokens[:, order])[0]
+        assert torch.allclose(permuted, out[:, order], rtol=1e-4, atol=1e-4) == equivariant
+    for extra in (["--encoder-alibi", "none", "--encoder-learned-pos"], ["--encoder-alibi", "symmetric"]):
+        with pytest.raises(ConfigError, match="no-token-positional-embeddings"):
+            build_model("alibi_roberta_small", extra=[*extra, "--no-token-positional-embeddings", *SMALL], task="masked_lm")
+
+
 @pytest.mark.parametrize("variant", ["symmetric", "none"])
 def test_scale_embedding_multiplies_tokens_by_sqrt_d_and_is_a_no_op_without_position_embeddings(variant):
     """The same weights with and without --scale-embedding: the embedding before its LayerNorm is
