@@ -336,30 +336,39 @@ def test_distillation_training_saves_no_teacher_and_resumes(sinusoidal_checkpoin
 
 @pytest.mark.slow
 def test_conversion_preset_toy_run(wt2_slice, tmp_path):
-    """examples/wikitext2/convert.sh end to end at toy size (L=16, evaluated at 2L)."""
+    """examples/wikitext2/convert.sh end to end at toy size (L=16, evaluated at 2L), the fine-tunes,
+    the teacher continued and ALiBi from scratch with two seeds each (one teacher)."""
     out = tmp_path / "out"
-    env = dict(os.environ, DATA=wt2_slice, L="16", UPDATES="10", FINETUNE="10", EVERY="10", L_VALID="32",
+    env = dict(os.environ, DATA=wt2_slice, L="16", UPDATES="10", FINETUNE="10", EVERY="10", L_VALID="32", SEEDS="1 2",
                OUT=str(out), CHECKPOINTS=str(tmp_path / "checkpoints"),
                TRAIN_FLAGS=" ".join(["--max-tokens", "1024", *TOY, "--disable-validation"]))
     printed = run(["examples/wikitext2/convert.sh"], env=env)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    labels = {r["label"]: r for r in rows}
-    assert set(labels) == {"Sinusoidal teacher (10)", "Converted, not fine-tuned", "Converted + 10 CE",
-                           "Converted + 10 distill", "Sinusoidal teacher continued (+ 10)", "ALiBi from scratch (10)",
-                           "ALiBi from scratch (20)"}
-    continued = labels["Sinusoidal teacher continued (+ 10)"]
+    seeds = {}
+    for r in rows:
+        seeds.setdefault(r["label"], []).append(r["seed"])
+    once, twice = ["Sinusoidal teacher (10)", "Converted, not fine-tuned"], [
+        "Converted + 10 CE", "Converted + 10 distill", "Sinusoidal teacher continued (+ 10)", "ALiBi from scratch (10)",
+        "ALiBi from scratch (20)"]
+    assert {label: sorted(s) for label, s in seeds.items()} == {**{label: [1] for label in once},
+                                                               **{label: [1, 2] for label in twice}}
+    ppl = {(r["label"], r["seed"]): r for r in rows}
+    continued = ppl[("Sinusoidal teacher continued (+ 10)", 1)]
     assert continued["model"] == "transformer_lm" and continued["updates"] == 10
-    assert continued["perplexity"] != labels["Sinusoidal teacher (10)"]["perplexity"]  # it trained
-    assert len(rows) == 7 and all(math.isfinite(r["perplexity"]) and r["l_valid"] == 32 for r in rows)
-    assert labels["ALiBi from scratch (20)"]["updates"] == 20 and labels["Converted + 10 distill"]["updates"] == 10
-    for label in labels:
+    assert continued["perplexity"] != ppl[("Sinusoidal teacher (10)", 1)]["perplexity"]  # it trained
+    assert ppl[("Converted + 10 CE", 1)]["perplexity"] != ppl[("Converted + 10 CE", 2)]["perplexity"]  # the seed did
+    assert len(rows) == 12 and all(math.isfinite(r["perplexity"]) and r["l_valid"] == 32 for r in rows)
+    assert ppl[("ALiBi from scratch (20)", 2)]["updates"] == 20 and ppl[("Converted + 10 distill", 2)]["updates"] == 10
+    for label in once:
         assert f"| {label} 16 |" in printed
+    for label in twice:
+        assert re.search(rf"\| {re.escape(label)} 16 \| 2 \| [\d.]+ ± [\d.]+ \|", printed)
     recovery = [json.loads(line) for line in (out / "recovery.jsonl").read_text().splitlines()]
-    assert sorted((r["label"], r["updates"], r["l_valid"]) for r in recovery if r["label"] != "converted") == [
-        ("ce", 10, 16), ("continued", 10, 16), ("distill", 10, 16), ("scratch", 10, 16), ("scratch", 20, 16),
-        ("teacher", 10, 16)]
+    assert sorted((r["label"], r["updates"], r["seed"]) for r in recovery if r["label"] != "converted") == sorted(
+        [*((name, 10, seed) for name in ("ce", "continued", "distill", "scratch") for seed in (1, 2)),
+         ("scratch", 20, 1), ("scratch", 20, 2), ("teacher", 10, 1)])
     table = (out / "recovery.md").read_text()
-    assert "| 0 |" in table and "| 10 |" in table
+    assert "| 0 |" in table and re.search(r"\| 10 \| [\d.]+ ± [\d.]+ \(n=2\) \|", table)
     generation = (out / "generation.md").read_text()
     assert generation.count("**") == 10 and "Prompt (8 tokens)" in generation
     # Past L for every ALiBi model; the teacher stops at its 16 positions (8 of the prompt, 7 new, 1 end).

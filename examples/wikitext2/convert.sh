@@ -12,6 +12,8 @@
 #
 # Environment (and common.sh's: data, L, L_VALID, TRAIN_FLAGS):
 #   FINETUNE (default 200), EVERY (default 50), DISTILL_WEIGHT (0.5), DISTILL_TEMPERATURE (2)
+#   SEEDS     training seeds of the two fine-tunes, the teacher continued and ALiBi from scratch
+#             (default "1 2 3"; one teacher, seed 1: the runs compared start from the same model)
 #   TEACHER   an existing sinusoidal checkpoint to start from (default: train one)
 #   OUT (default runs/conversion), CHECKPOINTS (default checkpoints/conversion)
 source "$(dirname "$0")/common.sh"
@@ -20,6 +22,9 @@ FINETUNE=${FINETUNE:-200}
 EVERY=${EVERY:-50}
 DISTILL_WEIGHT=${DISTILL_WEIGHT:-0.5}
 DISTILL_TEMPERATURE=${DISTILL_TEMPERATURE:-2}
+SEEDS=${SEEDS:-"1 2 3"}
+read -r -a seeds <<< "$SEEDS"
+positive_integers SEEDS "${seeds[@]}"
 OUT=${OUT:-runs/conversion}
 CHECKPOINTS=${CHECKPOINTS:-checkpoints/conversion}
 for f in results.jsonl recovery.jsonl; do
@@ -35,23 +40,27 @@ if [ ! -f "$converted" ]; then
   python3 -m fairseq_alibi.convert_checkpoint --replace-positions "$teacher" "$converted"
 fi
 
-ce=$CHECKPOINTS/finetune-ce-L$L
-train alibi "$ce" --finetune-from-model "$converted" --max-update "$FINETUNE" "${keep_every[@]}"
-kd=$CHECKPOINTS/finetune-distill-L$L
-train alibi "$kd" --finetune-from-model "$converted" --max-update "$FINETUNE" "${keep_every[@]}" \
-  --criterion lm_distillation --teacher-path "$teacher" \
-  --distill-weight "$DISTILL_WEIGHT" --distill-temperature "$DISTILL_TEMPERATURE"
-continued=$CHECKPOINTS/teacher-continued-L$L
-train sinusoidal "$continued" --finetune-from-model "$teacher" --max-update "$FINETUNE" "${keep_every[@]}"
-scratch=$CHECKPOINTS/alibi-L$L
+ce=() kd=() continued=() scratch=()  # one save directory per seed
 total=$((UPDATES + FINETUNE))
-train alibi "$scratch" --max-update "$total" "${keep_every[@]}"
+for seed in "${seeds[@]}"; do
+  ce+=("$CHECKPOINTS/finetune-ce-L$L-s$seed")
+  train alibi "${ce[-1]}" --finetune-from-model "$converted" --max-update "$FINETUNE" --seed "$seed" "${keep_every[@]}"
+  kd+=("$CHECKPOINTS/finetune-distill-L$L-s$seed")
+  train alibi "${kd[-1]}" --finetune-from-model "$converted" --max-update "$FINETUNE" --seed "$seed" "${keep_every[@]}" \
+    --criterion lm_distillation --teacher-path "$teacher" \
+    --distill-weight "$DISTILL_WEIGHT" --distill-temperature "$DISTILL_TEMPERATURE"
+  continued+=("$CHECKPOINTS/teacher-continued-L$L-s$seed")
+  train sinusoidal "${continued[-1]}" --finetune-from-model "$teacher" --max-update "$FINETUNE" --seed "$seed" "${keep_every[@]}"
+  scratch+=("$CHECKPOINTS/alibi-L$L-s$seed")
+  train alibi "${scratch[-1]}" --max-update "$total" --seed "$seed" "${keep_every[@]}"
+done
 
 python3 examples/wikitext2/score_conversion.py "$data" "$OUT" --length "$L" --lengths "$L_VALID" --strides "$strides" \
   --updates "$UPDATES" --finetune "$FINETUNE" --every "$EVERY" --teacher "$teacher" --converted "$converted" \
-  --ce "$ce" --distill "$kd" --continued "$continued" --scratch "$scratch"
+  --ce "${ce[@]}" --distill "${kd[@]}" --continued "${continued[@]}" --scratch "${scratch[@]}"
 python3 scripts/results.py "$OUT/results.jsonl" --out "$OUT"
 python3 examples/wikitext2/recovery.py "$OUT/recovery.jsonl" --out "$OUT"
-python3 examples/wikitext2/generate.py --prompt $((L / 2)) --new "$L" "$data" "$teacher" "$converted" "$ce/checkpoint_last.pt" \
-  "$kd/checkpoint_last.pt" "$scratch/checkpoint_last.pt" | tee "$OUT/generation.md"
+# the first seed's models
+python3 examples/wikitext2/generate.py --prompt $((L / 2)) --new "$L" "$data" "$teacher" "$converted" "${ce[0]}/checkpoint_last.pt" \
+  "${kd[0]}/checkpoint_last.pt" "${scratch[0]}/checkpoint_last.pt" | tee "$OUT/generation.md"
 echo "tables and figures written to $OUT"

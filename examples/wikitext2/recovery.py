@@ -7,6 +7,7 @@ Reads the JSON lines convert.sh writes (scripts/eval.sh with LABEL teacher, conv
 distill, continued, scratch; each at L_valid = L) and writes DIR/recovery.md (one row per number of
 fine-tuning updates k: the two fine-tuned models after k, ALiBi from scratch after as many updates
 in all as the teacher plus k) and DIR/recovery.png (perplexity against total training updates).
+Runs of several training seeds show as mean ± sample std (n), their means in the figure.
 """
 import argparse
 import os
@@ -18,17 +19,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from results import read_json_lines, written_whole  # noqa: E402
+from results import cell, mean_std, read_json_lines, written_whole  # noqa: E402
 
 
 def load(path):
-    points = {}
+    """{label: {updates: [perplexity of each run]}}; a checkpoint scored twice counts once (the last)."""
+    runs = {}
     for row in read_json_lines(path):
-        points.setdefault(row["label"], {})[row["updates"]] = row["perplexity"]
-    missing = {"teacher", "converted", "ce", "distill", "scratch"} - set(points)  # "continued": since 2026-11-24
+        runs.setdefault(row["label"], {}).setdefault(row["updates"], {})[row["checkpoint"]] = row["perplexity"]
+    missing = {"teacher", "converted", "ce", "distill", "scratch"} - set(runs)  # "continued": since 2026-11-24
     if missing:
         raise SystemExit(f"error: {path} lacks the {', '.join(sorted(missing))} rows: run examples/wikitext2/convert.sh")
-    return points
+    return {label: {k: list(v.values()) for k, v in points.items()} for label, points in runs.items()}
 
 
 def main():
@@ -37,21 +39,21 @@ def main():
     p.add_argument("--out", required=True)
     args = p.parse_args()
     points = load(args.recovery)
-    (teacher_updates, teacher), = points["teacher"].items()
-    converted = next(iter(points["converted"].values()))
+    (teacher_updates, (teacher,)), = points["teacher"].items()
+    (converted,) = next(iter(points["converted"].values()))
     # After conversion the fine-tuning count starts at 0: k = 0 is the converted model itself.
-    finetune = {name: {0: converted, **points[name]} for name in ("ce", "distill")}
-    continued = {0: teacher, **points["continued"]} if "continued" in points else {}  # the teacher fine-tuned alike
+    finetune = {name: {0: [converted], **points[name]} for name in ("ce", "distill")}
+    continued = {0: [teacher], **points["continued"]} if "continued" in points else {}  # the teacher fine-tuned alike
     scratch = points["scratch"]
 
     ks = sorted(set(finetune["ce"]) | set(finetune["distill"]))
     lines = [f"Validation perplexity at L (teacher: {teacher:.2f} after {teacher_updates} updates)\n",
              "| Fine-tuning updates k | Converted + CE | Converted + distill | Teacher continued | "
              f"ALiBi from scratch, {teacher_updates} + k updates |", "|---|---|---|---|---|"]
-    cell = lambda d, k: f"{d[k]:.2f}" if k in d else ""  # noqa: E731
+    shown = lambda d, k: cell(d[k], 1) if k in d else ""  # noqa: E731  (one run: its value; more: mean ± std (n=k))
     for k in ks:
-        lines.append(f"| {k} | {cell(finetune['ce'], k)} | {cell(finetune['distill'], k)} | {cell(continued, k)} | "
-                     f"{cell(scratch, teacher_updates + k)} |")
+        lines.append(f"| {k} | {shown(finetune['ce'], k)} | {shown(finetune['distill'], k)} | {shown(continued, k)} | "
+                     f"{shown(scratch, teacher_updates + k)} |")
     table = "\n".join(lines) + "\n"
     os.makedirs(args.out, exist_ok=True)
     with written_whole(os.path.join(args.out, "recovery.md")) as partial, open(partial, "w") as f:
@@ -60,13 +62,14 @@ def main():
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     xs = sorted(scratch)
-    ax.plot(xs, [scratch[x] for x in xs], "o-", label="ALiBi from scratch")
+    mean = lambda values: mean_std(values)[0]  # noqa: E731
+    ax.plot(xs, [mean(scratch[x]) for x in xs], "o-", label="ALiBi from scratch")
     for points_k, label in ((finetune["ce"], "converted + CE"), (finetune["distill"], "converted + distillation"),
                             (continued, "teacher continued (sinusoidal)")):
         ks = sorted(points_k)
         if not ks:
             continue
-        ax.plot([teacher_updates + k for k in ks], [points_k[k] for k in ks], "s--", label=label)
+        ax.plot([teacher_updates + k for k in ks], [mean(points_k[k]) for k in ks], "s--", label=label)
     ax.axhline(teacher, color="gray", linestyle=":", label=f"sinusoidal teacher ({teacher_updates} updates)")
     ax.set_yscale("log")
     ax.set_xlabel("Training updates in all (fine-tuning starts from the teacher's)")

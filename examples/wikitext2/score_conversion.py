@@ -4,7 +4,10 @@ all checked first and then scored in one process (scripts/evaluate.py's score).
 
     python3 examples/wikitext2/score_conversion.py DATA OUT_DIR --length L --lengths "L_VALID..." \
         --strides "0 /2" --updates UPDATES --finetune FINETUNE --every EVERY --teacher T.pt \
-        --converted C.pt --ce DIR --distill DIR --continued DIR --scratch DIR
+        --converted C.pt --ce DIR... --distill DIR... --continued DIR... --scratch DIR...
+
+Each of --ce, --distill, --continued and --scratch takes one save directory per training seed (their
+rows share a label and carry the seed: the tables show mean ± std over them).
 """
 import argparse
 import glob
@@ -38,28 +41,32 @@ def main():
     for name in ("teacher", "converted"):
         p.add_argument(f"--{name}", required=True, help="checkpoint")
     for name in ("ce", "distill", "continued", "scratch"):
-        p.add_argument(f"--{name}", required=True, help="save directory")
+        p.add_argument(f"--{name}", required=True, nargs="+", help="save directories, one per seed")
     args = p.parse_args()
     lengths, strides = [int(x) for x in args.lengths.split()], args.strides.split()
     total = args.updates + args.finetune
     results, recovery = os.path.join(args.out, "results.jsonl"), os.path.join(args.out, "recovery.jsonl")
+    last = lambda dirs: [os.path.join(d, "checkpoint_last.pt") for d in dirs]  # noqa: E731
     table = [
-        (f"Sinusoidal teacher ({args.updates})", args.teacher),
-        ("Converted, not fine-tuned", args.converted),
-        (f"Converted + {args.finetune} CE", os.path.join(args.ce, "checkpoint_last.pt")),
-        (f"Converted + {args.finetune} distill", os.path.join(args.distill, "checkpoint_last.pt")),
-        (f"Sinusoidal teacher continued (+ {args.finetune})", os.path.join(args.continued, "checkpoint_last.pt")),
-        (f"ALiBi from scratch ({args.updates})", checkpoint_at(args.scratch, args.updates, args.every)),
-        (f"ALiBi from scratch ({total})", os.path.join(args.scratch, "checkpoint_last.pt")),
+        (f"Sinusoidal teacher ({args.updates})", [args.teacher]),
+        ("Converted, not fine-tuned", [args.converted]),
+        (f"Converted + {args.finetune} CE", last(args.ce)),
+        (f"Converted + {args.finetune} distill", last(args.distill)),
+        (f"Sinusoidal teacher continued (+ {args.finetune})", last(args.continued)),
+        (f"ALiBi from scratch ({args.updates})", [checkpoint_at(d, args.updates, args.every) for d in args.scratch]),
+        (f"ALiBi from scratch ({total})", last(args.scratch)),
     ]
-    scorings = [Scoring(checkpoint, results, lengths, label, strides) for label, checkpoint in table]
+    scorings = [Scoring(checkpoint, results, lengths, label, strides) for label, checkpoints in table
+                for checkpoint in checkpoints]
+    table_scorings = len(scorings)
     # The recovery curve: each run's kept checkpoints (checkpoint_EPOCH_UPDATES.pt), at L.
     for label in ("ce", "distill", "continued", "scratch"):
-        for checkpoint in sorted(glob.glob(os.path.join(getattr(args, label), "checkpoint_*_*.pt"))):
-            scorings.append(Scoring(checkpoint, recovery, [args.length], label, show=False))
+        for save_dir in getattr(args, label):
+            for checkpoint in sorted(glob.glob(os.path.join(save_dir, "checkpoint_*_*.pt"))):
+                scorings.append(Scoring(checkpoint, recovery, [args.length], label, show=False))
     scorings += [Scoring(args.converted, recovery, [args.length], "converted", show=False),
                  Scoring(args.teacher, recovery, [args.length], "teacher", show=False)]
-    print(f"== scoring {len(table)} models at L_valid = {args.lengths}, then {len(scorings) - len(table)} "
+    print(f"== scoring {table_scorings} models at L_valid = {args.lengths}, then {len(scorings) - table_scorings} "
           f"checkpoints at L = {args.length} (the recovery curve, every {args.every} updates)", flush=True)
     evaluate["score"](scorings, args.data)
 
