@@ -46,6 +46,8 @@ class Model:
     method: str  # scripts/train.sh METHOD (a masked LM: its --arch)
     flags: tuple = ()  # its fairseq-train flags, after the recipe's
     scalings: tuple = ()  # scripts/eval.sh SCALING values, scored past the training length
+    train_multiple: int = 1  # trained at this multiple of the experiment's L (the trade's long sinusoidal models)
+    multiples: tuple = ()  # L_valid = multiple x L scored (default: the experiment's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +67,8 @@ class Experiment:
     # checkpoints/<this> (default: the experiment's name): experiments that share a model (same label,
     # flags, recipe, L) and name the same directory train it once.
     checkpoints: str = ""
+    # A script whose report(rows, out) writes a table of its own from the declared runs' rows (the trade's).
+    report: str = ""
 
 
 SEPARATOR = "<doc>"  # what prepare-wikitext.sh --documents writes between articles
@@ -92,6 +96,13 @@ EXPERIMENTS = {
          # FIRE's interpolation threshold starts at the training length (the module's default, 512,
          # would leave it unused below 512 tokens).
          Model("FIRE", "fire", ("--fire-init-threshold", "64")))),
+    "trade": Experiment(
+        "The paper's headline trade: ALiBi trained at L=64 and scored at 64, 128, 256 and 1024 against "
+        "sinusoidal models trained at each of those lengths and scored at their own; each training's "
+        "wall-clock and peak memory (resources.jsonl beside its checkpoint) in trade.md.",
+        (Model("ALiBi", "alibi", multiples=(1, 2, 4, 16)),
+         *(Model("Sinusoidal", "sinusoidal", train_multiple=k, multiples=(k,)) for k in (1, 2, 4, 16))),
+        strides=("0",), report=os.path.join("examples", "wikitext2", "trade_table.py")),
     "documents": Experiment(
         "Packed documents: ALiBi and rotary trained with articles packed and kept apart "
         "(--document-separator), each scored both ways, on WikiText-2 with <doc> between articles.",
@@ -173,15 +184,22 @@ class Runner:
         self.seeds = tuple(args.seeds or experiment.seeds)
         self.masked = experiment.recipe == "masked_lm"
         self.updates = args.updates or int(recipes["last_value"](recipes["recipe"](experiment.recipe, self.length), "--max-update"))
-        self.lengths = args.lengths or [m * self.length for m in experiment.multiples]
         self.out = args.out or os.path.join("runs", name)
         self.checkpoints = args.checkpoints or os.path.join("checkpoints", experiment.checkpoints or name)
         self.models = [m for m in experiment.models if not args.models or m.label in args.models or slug(m.label) in args.models]
+        self.lengths = sorted({lv for m in self.models for lv in self.model_lengths(m)})  # the floor's, the tables'
         self.results = os.path.join(self.out, "results.jsonl")
         self.fields = json.dumps({"experiment": name, "recipe": experiment.recipe})
 
+    def train_length(self, model):
+        return model.train_multiple * self.length
+
+    def model_lengths(self, model):
+        """The L_valid values model is scored at (--lengths, else its multiples or the experiment's, of L)."""
+        return self.args.lengths or [m * self.length for m in model.multiples or self.experiment.multiples]
+
     def save_dir(self, model, seed):
-        return os.path.join(self.checkpoints, f"{slug(model.label)}-L{self.length}-s{seed}")
+        return os.path.join(self.checkpoints, f"{slug(model.label)}-L{self.train_length(model)}-s{seed}")
 
     def train(self, model, seed):
         """scripts/train.sh (a masked LM: scripts/train_once.sh), which resumes an interrupted run
@@ -194,10 +212,10 @@ class Runner:
         if self.masked:  # train_once.sh writes the log and measures
             command = [os.path.join("scripts", "train_once.sh"), save, f"{model.label} (seed {seed})", "--",
                        "fairseq-train", self.data, "--save-dir", save, "--user-dir", "fairseq_alibi", "--arch", model.method,
-                       *recipes["recipe"](self.experiment.recipe, self.length, 1, self.updates), *common]
+                       *recipes["recipe"](self.experiment.recipe, self.train_length(model), 1, self.updates), *common]
         else:
             command = [sys.executable, os.path.join("scripts", "measure.py"), os.path.join(save, "resources.jsonl"), "--",
-                       os.path.join("scripts", "train.sh"), model.method, str(self.length), self.data, save,
+                       os.path.join("scripts", "train.sh"), model.method, str(self.train_length(model)), self.data, save,
                        self.experiment.recipe, "--", *common]
         with open(os.devnull if self.masked else os.path.join(save, "train.log"), "a") as log:
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -225,8 +243,9 @@ class Runner:
     def evaluations(self, model):
         """(scaling, L_valid, stride) to score: every length and stride; scalings past L only (at L
         they change nothing)."""
-        jobs = [("none", lv, s) for lv in self.lengths for s in self.experiment.strides]
-        jobs += [(sc, lv, s) for sc in model.scalings for lv in self.lengths if lv > self.length
+        lengths = self.model_lengths(model)
+        jobs = [("none", lv, s) for lv in lengths for s in self.experiment.strides]
+        jobs += [(sc, lv, s) for sc in model.scalings for lv in lengths if lv > self.train_length(model)
                  for s in self.experiment.strides]
         return jobs
 
@@ -305,7 +324,12 @@ class Runner:
                 and r["l_valid"] in self.lengths]
         results = runpy.run_path(os.path.join("scripts", "results.py"))
         table_rows = results["keyed"](rows)  # the last measurement of a configuration wins
-        return results["write_tables"](table_rows, self.out) if table_rows else ""
+        if not table_rows:
+            return ""
+        printed = results["write_tables"](table_rows, self.out)
+        if self.experiment.report:
+            printed += "\n" + (runpy.run_path(self.experiment.report)["report"](rows, self.out) or "")
+        return printed
 
     def run(self):
         os.makedirs(self.out, exist_ok=True)
@@ -369,7 +393,8 @@ class Runner:
                 command = [sys.executable, os.path.abspath(__file__), self.name, "--models", slug(model.label),
                            "--seeds", str(seed), "--out", part, "--checkpoints", self.checkpoints, "--data", self.data,
                            "--updates", str(self.updates), "--train-length", str(self.length),
-                           "--lengths", *map(str, self.lengths), "--train-flags", shlex.join(self.args.train_flags)]
+                           *(["--lengths", *map(str, self.args.lengths)] if self.args.lengths else []),
+                           "--train-flags", shlex.join(self.args.train_flags)]
                 with open(os.path.join(part, "runner.log"), "a") as log:
                     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -441,7 +466,8 @@ def prepare_wikitext2(documents=False):
 PRESET_VARIABLES = {"L": "--train-length", "UPDATES": "--updates", "L_VALID": "--lengths",
                     "TRAIN_FLAGS": "--train-flags", "VARIANTS": "--models",
                     "SLIDING": "nothing (the declaration scores both strides)",
-                    "LITTLEBIRD_BLOCK": "--train-flags '--block-size N'", "LITTLEBIRD_PACK": "--train-flags '--pack-length N'"}
+                    "LITTLEBIRD_BLOCK": "--train-flags '--block-size N'", "LITTLEBIRD_PACK": "--train-flags '--pack-length N'",
+                    "ALIBI_L": "--train-length", "SINUSOIDAL_LS": "nothing (the trade's declaration: multiples of L)"}
 
 
 def main():
@@ -464,7 +490,7 @@ def main():
     args = p.parse_args()
     if args.list or not args.name:
         for name, e in EXPERIMENTS.items():
-            print(f"{name}: {e.about}\n    models: {', '.join(m.label for m in e.models)}; seeds {' '.join(map(str, e.seeds))}")
+            print(f"{name}: {e.about}\n    models: {', '.join(m.label + (f' (at {m.train_multiple}L)' if m.train_multiple > 1 else '') for m in e.models)}; seeds {' '.join(map(str, e.seeds))}")
         return
     if args.name not in EXPERIMENTS:
         p.error(f"unknown experiment '{args.name}': use one of {', '.join(EXPERIMENTS)} (--list describes them)")

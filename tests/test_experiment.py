@@ -88,8 +88,8 @@ def test_recipes_are_written_once_and_read_by_train_sh():
 
 def test_declared_experiments_name_known_methods_once():
     for name, declared in experiment["EXPERIMENTS"].items():
-        labels = [m.label for m in declared.models]
-        assert len(set(map(experiment["slug"], labels))) == len(labels), name
+        runs = [(experiment["slug"](m.label), m.train_multiple) for m in declared.models]  # one save directory each
+        assert len(set(runs)) == len(runs), name
         for model in declared.models:
             known = ("alibi_roberta_small", "littlebird_roberta_small") if declared.recipe == "masked_lm" else (*methods["CAUSAL_METHODS"], "sinusoidal")
             assert model.method in known, (name, model)
@@ -367,8 +367,8 @@ def test_every_script_answers_help_and_starts_nothing(script, tmp_path):
                            timeout=60)
     assert shown.returncode == 0 and script.split("/")[-1] in shown.stdout + " ".join(SCRIPTS) and shown.stdout.strip()
     assert not any(step in shown.stdout for step in ("== [", "== training", "already prepared"))  # nothing began
-    if script.startswith("examples/") and not script.endswith(("run.sh", "compare.sh", "mlm.sh", "littlebird.sh")) \
-            or script == "examples/synthetic/run.sh":  # those four are the runner's, which takes options
+    if script.startswith("examples/") and not script.endswith(("run.sh", "compare.sh", "mlm.sh", "littlebird.sh", "trade.sh")) \
+            or script == "examples/synthetic/run.sh":  # those are the runner's, which takes options
         refused = subprocess.run([os.path.join(REPO, script), "now"], cwd=tmp_path, capture_output=True, text=True)
         assert refused.returncode == 2 and "takes no arguments" in refused.stderr
     after = {name: sorted(os.listdir(os.path.join(REPO, name))) for name in before}

@@ -200,25 +200,46 @@ def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slic
 
 
 def test_trade_preset_toy_run(wt2_slice, tmp_path):
-    """examples/wikitext2/trade.sh end to end at toy size: ALiBi at L=16 against sinusoidal models
-    trained at 16 and 32, each model's training time and peak memory measured beside it."""
-    env = dict(os.environ, DATA=wt2_slice, ALIBI_L="16", SINUSOIDAL_LS="16 32", UPDATES="4",
-               OUT=str(tmp_path / "out"), CHECKPOINTS=str(tmp_path / "checkpoints"),
-               TRAIN_FLAGS=" ".join(["--max-tokens", "1024", *TOY]))
-    printed = run(["examples/wikitext2/trade.sh"], env=env)
-    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
-    assert sorted((r["model"], r["train_length"], r["l_valid"]) for r in rows) == [
-        ("alibi_transformer_lm_small", 16, 16), ("alibi_transformer_lm_small", 16, 32),
-        ("transformer_lm", 16, 16), ("transformer_lm", 32, 32)]
-    for name in ("alibi-L16", "sinusoidal-L16", "sinusoidal-L32"):
-        (call,) = [json.loads(line) for line in (tmp_path / "checkpoints" / name / "resources.jsonl").read_text().splitlines()]
+    """examples/wikitext2/trade.sh (scripts/experiment.py trade) end to end at toy size: ALiBi at
+    L=16 scored at 1, 2, 4 and 16 L against sinusoidal models trained at each of those lengths and
+    scored at their own, each model's training time and peak memory measured beside it."""
+    out, checkpoints = tmp_path / "out", tmp_path / "checkpoints"
+    printed = run(["examples/wikitext2/trade.sh", "--data", wt2_slice, "--train-length", "16", "--updates", "4",
+                   "--seeds", "1", "--out", out, "--checkpoints", checkpoints,
+                   "--train-flags", " ".join(["--max-tokens", "1024", *TOY])])
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
+    assert sorted((r["model"], r["train_length"], r["l_valid"]) for r in rows) == sorted(
+        [*(("alibi_transformer_lm_small", 16, lv) for lv in (16, 32, 64, 256)),
+         *(("transformer_lm", lv, lv) for lv in (16, 32, 64, 256))])
+    for length in (32, 256):
+        (call,) = [json.loads(line) for line in (checkpoints / f"sinusoidal-L{length}-s1" / "resources.jsonl").read_text().splitlines()]
         assert call["exit"] == 0 and call["seconds"] > 0 and call["peak_mib"] > 100
-    table = [line.split("|")[1:-1] for line in (tmp_path / "out" / "trade.md").read_text().splitlines()[2:]]
-    assert [int(r[0]) for r in table] == [16, 32] and all("not measured" not in "".join(r) for r in table)
+    table = [line.split("|")[1:-1] for line in (out / "trade.md").read_text().splitlines()[2:]]
+    assert [int(r[0]) for r in table] == [16, 32, 64, 256] and all("not measured" not in "".join(r) for r in table)
     ppl = {(r["model"], r["l_valid"]): r["perplexity"] for r in rows}
-    assert float(table[1][1]) == round(ppl[("alibi_transformer_lm_small", 32)], 2)
-    assert float(table[1][2]) == round(ppl[("transformer_lm", 32)], 2)
-    assert "table and figure written" in printed and (tmp_path / "out" / "trade.png").stat().st_size > 0
+    assert float(table[3][1]) == round(ppl[("alibi_transformer_lm_small", 256)], 2)
+    assert float(table[3][2]) == round(ppl[("transformer_lm", 256)], 2)
+    assert "| 256 |" in printed and (out / "trade.png").stat().st_size > 0
+
+
+def test_trade_table_of_several_seeds(tmp_path):
+    """trade_table.report: each side's mean ± sample std over its seeds, the ratios of the means,
+    the training cost averaged over the runs (resources.jsonl beside each checkpoint)."""
+    import runpy
+
+    report = runpy.run_path(os.path.join(REPO, "examples", "wikitext2", "trade_table.py"))["report"]
+    rows = []
+    for seed, (alibi, sinusoidal, seconds) in enumerate([(100, 200, 10), (110, 220, 30)], 1):
+        for name, model, length, ppl, cost in (("alibi", "alibi_transformer_lm_small", 64, alibi, seconds),
+                                               ("sinusoidal", "transformer_lm", 1024, sinusoidal, 4 * seconds)):
+            save = tmp_path / f"{name}-s{seed}"
+            save.mkdir()
+            (save / "resources.jsonl").write_text(json.dumps({"exit": 0, "seconds": cost, "peak_mib": 100 * seed}) + "\n")
+            rows.append({"model": model, "train_length": length, "l_valid": 1024, "perplexity": ppl, "stride": 0,
+                         "scaling": "none", "checkpoint": str(save / "checkpoint_last.pt"), "split": "valid"})
+    text = report(rows, str(tmp_path / "out"))
+    line = text.splitlines()[2]
+    assert line.startswith("| 1024 | 105.00 ± 7.07 (n=2) | 210.00 ± 14.14 (n=2) | 0.500 | 20, 80 | 4.00x | 150, 150 | 1.00 |")
 
 
 def test_presets_go_on_after_a_finished_training_and_show_its_errors(wt2_slice, tmp_path):

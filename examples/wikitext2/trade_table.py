@@ -1,22 +1,23 @@
 #!/usr/bin/env python3
-"""The headline-trade table and figure (examples/wikitext2/trade.sh): ALiBi trained at a short L,
-evaluated at each length a sinusoidal model was trained at, beside that model.
+"""The headline-trade table and figure (scripts/experiment.py trade, examples/wikitext2/trade.sh):
+ALiBi trained at a short L, evaluated at each length a sinusoidal model was trained at, beside that
+model.
 
     python3 examples/wikitext2/trade_table.py RESULTS.jsonl --out DIR
 
 Perplexities from RESULTS.jsonl (scripts/eval.sh's rows, nonoverlapping); each model's training
 wall-clock and peak memory from resources.jsonl beside its checkpoint (scripts/measure.py, one
 line per call of scripts/train.sh: the longest is the training; a call that found the run finished
-adds a short line, which is ignored; a resumed run is marked).
+adds a short line, which is ignored; a resumed run is marked). Runs of several training seeds show
+as mean ± sample std (n); their ratios are ratios of the means.
 """
 import argparse
-import json
 import os
 import sys
 
 RESUMED_IF_LONGER = 60  # seconds: calls beyond the longest that trained too
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from results import read_json_lines, written_whole  # noqa: E402  (eval.sh's rows; one line for a bad one)
+from results import cell, mean_std, read_json_lines, written_whole  # noqa: E402  (eval.sh's rows; one line for a bad one)
 
 
 def training_cost(checkpoint):
@@ -30,50 +31,74 @@ def training_cost(checkpoint):
     return {"seconds": longest["seconds"], "peak_mib": longest["peak_mib"], "resumed": resumed}
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", help="RESULTS.jsonl written by trade.sh")
-    p.add_argument("--out", required=True, help="directory for trade.md, trade.csv and trade.png")
-    args = p.parse_args()
-    rows = [r for r in read_json_lines(args.results) if r["stride"] == 0 and r["scaling"] == "none"]
+def runs(rows):
+    """{checkpoint: {l_valid: perplexity}} of rows (the last row of a configuration wins)."""
+    out = {}
+    for r in rows:
+        out.setdefault(r["checkpoint"], {})[r["l_valid"]] = r["perplexity"]
+    return out
+
+
+def costs(checkpoints):
+    """Mean training seconds and peak MiB over the runs, whether any was resumed; None if any is not measured."""
+    measured = [training_cost(c) for c in checkpoints]
+    if not measured or not all(measured):
+        return None
+    return {"seconds": mean_std([c["seconds"] for c in measured])[0], "peak_mib": mean_std([c["peak_mib"] for c in measured])[0],
+            "resumed": any(c["resumed"] for c in measured)}
+
+
+def report(rows, out):
+    """Write out/trade.{md,csv,png} from eval.sh rows; return the Markdown table (None, writing
+    nothing, until the rows hold ALiBi runs of one training length and sinusoidal ones)."""
+    rows = [r for r in rows if r.get("stride", 0) == 0 and (r.get("scaling") or "none") == "none" and r.get("checkpoint")]
     alibi = [r for r in rows if r["model"].startswith("alibi")]
-    # Reruns append: the last row of each sinusoidal checkpoint at its own length wins.
-    sinusoidal = list({r["checkpoint"]: r for r in rows if r["model"] == "transformer_lm"
-                       and r["l_valid"] == r["train_length"]}.values())
-    if len({r["checkpoint"] for r in alibi}) != 1 or not sinusoidal:
-        sys.exit(f"error: {args.results} must hold one ALiBi checkpoint and sinusoidal ones (trade.sh's output)")
-    alibi_at = {r["l_valid"]: r for r in alibi}
-    alibi_cost = training_cost(alibi[0]["checkpoint"])
-    lines = [f"| L_valid | ALiBi L={alibi[0]['train_length']} | sinusoidal L=L_valid | ALiBi / sinusoidal perplexity "
+    sinusoidal = [r for r in rows if r["model"] == "transformer_lm" and r["l_valid"] == r["train_length"]]
+    if len({r["train_length"] for r in alibi}) != 1 or not sinusoidal:
+        return None
+    alibi_length = alibi[0]["train_length"]
+    alibi_runs = runs(alibi)
+    alibi_cost = costs(list(alibi_runs))
+    by_length = {}
+    for checkpoint, line in runs(sinusoidal).items():
+        for l_valid, ppl in line.items():
+            by_length.setdefault(l_valid, {})[checkpoint] = ppl
+    mark = lambda c: " (resumed)" if c and c["resumed"] else ""  # noqa: E731
+    lines = [f"| L_valid | ALiBi L={alibi_length} | sinusoidal L=L_valid | ALiBi / sinusoidal perplexity "
              "| training s: ALiBi, sinusoidal | speed-up | peak MiB: ALiBi, sinusoidal | memory ratio |",
              "|---|---|---|---|---|---|---|---|"]
-    csv = ["l_valid,alibi_train_length,alibi_ppl,sinusoidal_ppl,alibi_train_s,sinusoidal_train_s,"
-           "alibi_peak_mib,sinusoidal_peak_mib"]
+    csv = ["l_valid,alibi_train_length,alibi_ppl,alibi_ppl_std,alibi_n,sinusoidal_ppl,sinusoidal_ppl_std,sinusoidal_n,"
+           "alibi_train_s,sinusoidal_train_s,alibi_peak_mib,sinusoidal_peak_mib"]
     points = []
-    for s in sorted(sinusoidal, key=lambda r: r["train_length"]):
-        if s["l_valid"] != s["train_length"] or s["l_valid"] not in alibi_at:
+    for l_valid in sorted(by_length):
+        a = [line[l_valid] for line in alibi_runs.values() if l_valid in line]
+        s = list(by_length[l_valid].values())
+        if not a:
             continue
-        a, cost = alibi_at[s["l_valid"]], training_cost(s["checkpoint"])
-        mark = lambda c: " (resumed)" if c and c["resumed"] else ""  # noqa: E731
+        cost = costs(list(by_length[l_valid]))
+        (a_mean, a_std), (s_mean, s_std) = mean_std(a), mean_std(s)
         if cost and alibi_cost:
-            costs = (f"{alibi_cost['seconds']:.0f}{mark(alibi_cost)}, {cost['seconds']:.0f}{mark(cost)} | "
+            shown = (f"{alibi_cost['seconds']:.0f}{mark(alibi_cost)}, {cost['seconds']:.0f}{mark(cost)} | "
                      f"{cost['seconds'] / alibi_cost['seconds']:.2f}x | {alibi_cost['peak_mib']:.0f}, "
                      f"{cost['peak_mib']:.0f} | {alibi_cost['peak_mib'] / cost['peak_mib']:.2f}")
         else:
-            costs = "not measured | | not measured |"
-        lines.append(f"| {s['l_valid']} | {a['perplexity']:.2f} | {s['perplexity']:.2f} | "
-                     f"{a['perplexity'] / s['perplexity']:.3f} | {costs} |")
+            shown = "not measured | | not measured |"
+        n = lambda values: f" (n={len(values)})" if len(values) > 1 else ""  # noqa: E731
+        lines.append(f"| {l_valid} | {cell(a, len(a))}{n(a)} | {cell(s, len(s))}{n(s)} | {a_mean / s_mean:.3f} | {shown} |")
         csv.append(",".join(str(x) for x in (
-            s["l_valid"], a["train_length"], round(a["perplexity"], 2), round(s["perplexity"], 2),
-            alibi_cost and alibi_cost["seconds"], cost and cost["seconds"],
-            alibi_cost and alibi_cost["peak_mib"], cost and cost["peak_mib"])))
-        points.append((s["l_valid"], a["perplexity"], s["perplexity"], cost, alibi_cost))
-    os.makedirs(args.out, exist_ok=True)
+            l_valid, alibi_length, round(a_mean, 2), round(a_std, 2), len(a), round(s_mean, 2), round(s_std, 2), len(s),
+            alibi_cost and round(alibi_cost["seconds"], 1), cost and round(cost["seconds"], 1),
+            alibi_cost and round(alibi_cost["peak_mib"]), cost and round(cost["peak_mib"]))))
+        points.append((l_valid, a_mean, s_mean, cost))
+    os.makedirs(out, exist_ok=True)
     for name, text in (("trade.md", lines), ("trade.csv", csv)):
-        with written_whole(os.path.join(args.out, name)) as partial, open(partial, "w") as f:
+        with written_whole(os.path.join(out, name)) as partial, open(partial, "w") as f:
             f.write("\n".join(text) + "\n")
-    print("\n".join(lines))
+    figure(os.path.join(out, "trade.png"), points, alibi_length, alibi_cost)
+    return "\n".join(lines) + "\n"
 
+
+def figure(path, points, alibi_length, alibi_cost):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -81,20 +106,32 @@ def main():
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     lengths = [p[0] for p in points]
-    left.plot(lengths, [p[1] for p in points], "o-", label=f"ALiBi, trained at L={alibi[0]['train_length']}")
+    left.plot(lengths, [p[1] for p in points], "o-", label=f"ALiBi, trained at L={alibi_length}")
     left.plot(lengths, [p[2] for p in points], "s--", label="sinusoidal, trained at L = L_valid")
-    left.set(xscale="log", xlabel="L_valid (tokens)", ylabel="validation perplexity", xticks=lengths,
+    left.set(xscale="log", xlabel="L_valid (tokens)", ylabel="validation perplexity (mean over seeds)", xticks=lengths,
              xticklabels=[str(x) for x in lengths], title="perplexity at L_valid")
     left.legend()
-    if all(p[3] and p[4] for p in points):
+    if alibi_cost and all(p[3] for p in points):
         right.plot(lengths, [p[3]["seconds"] for p in points], "s--", label="sinusoidal at L_valid: training s")
-        right.axhline(points[0][4]["seconds"], color="C0", label="ALiBi: training s")
+        right.axhline(alibi_cost["seconds"], color="C0", label="ALiBi: training s")
         right.set(xscale="log", xlabel="L (sinusoidal's training length)", ylabel="training wall-clock (s)",
                   xticks=lengths, xticklabels=[str(x) for x in lengths], title="what each costs to train")
         right.legend()
     fig.tight_layout()
-    with written_whole(os.path.join(args.out, "trade.png")) as partial:
+    with written_whole(path) as partial:
         fig.savefig(partial, dpi=120, format="png")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", help="RESULTS.jsonl written by scripts/experiment.py trade")
+    p.add_argument("--out", required=True, help="directory for trade.md, trade.csv and trade.png")
+    args = p.parse_args()
+    table = report(list(read_json_lines(args.results)), args.out)
+    if table is None:
+        sys.exit(f"error: {args.results} must hold ALiBi runs of one training length and sinusoidal ones "
+                 "(scripts/experiment.py trade's output)")
+    print(table, end="")
 
 
 if __name__ == "__main__":
