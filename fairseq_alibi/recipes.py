@@ -51,7 +51,23 @@ def masked_lm(length, updates=600):
             "--no-epoch-checkpoints", "--skip-invalid-size-inputs-valid-test")
 
 
-RECIPES = ("small", "wiki103", "masked_lm")
+def synthetic(updates=800):
+    """The CPU-scale encoder-decoder recipe of the synthetic tasks (examples/synthetic/run.sh), one
+    for every model: pre-norm (it learns these tasks faster), Adam, lr 0.002 after 100 warm-up
+    updates decaying linearly to 0 at the last, batches of 4096 tokens, no dropout, shared
+    embeddings. Sources are padded on the right (bialibi's first token sits at index 0; in fairseq
+    0.12 --left-pad-source turns left padding off)."""
+    return ("--task", "translation", "--source-lang", "src", "--target-lang", "tgt", "--left-pad-source",
+            "--encoder-normalize-before", "--decoder-normalize-before", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
+            "--lr", "0.002", "--lr-scheduler", "polynomial_decay", "--warmup-updates", "100",
+            "--total-num-update", str(updates), "--max-update", str(updates), "--clip-norm", "1.0", "--max-tokens", "4096",
+            "--dropout", "0.0", "--criterion", "cross_entropy", "--seed", "1", "--num-workers", "0",
+            "--required-batch-size-multiple", "1", "--no-epoch-checkpoints", "--save-interval-updates", "200",
+            "--keep-interval-updates", "1", "--share-all-embeddings", "--max-source-positions", "1024",
+            "--max-target-positions", "1024")
+
+
+RECIPES = ("small", "wiki103", "masked_lm", "synthetic")
 
 
 def recipe(preset, length, workers=1, updates=None):
@@ -64,6 +80,8 @@ def recipe(preset, length, workers=1, updates=None):
         return wiki103(length, workers)
     if preset == "masked_lm":
         return masked_lm(length, *([updates] if updates else []))
+    if preset == "synthetic":  # no training length: the tasks' sizes are in the data
+        return synthetic(*([updates] if updates else []))
     raise ValueError(f"unknown preset '{preset}': use {', '.join(RECIPES)}")
 
 

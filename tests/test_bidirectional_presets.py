@@ -119,16 +119,20 @@ def masked_perplexity_by_hand(checkpoint, data, length):
 
 
 def test_synthetic_tasks_preset_toy_run(tmp_path):
-    env = dict(os.environ, UPDATES="3", VARIANTS="ruoss bialibi sinusoidal",
+    env = dict(os.environ, UPDATES="3", VARIANTS="bialibi sinusoidal", SEEDS="1 2",
                TASK_FLAGS="--train 300 --valid 30 --per-bucket 4 --train-max 5 --buckets 2",
                OUT=str(tmp_path / "out"), CHECKPOINTS=str(tmp_path / "checkpoints"), DATA_DIR=str(tmp_path / "data"),
                TRAIN_FLAGS=" ".join([*ENCODER_TOY, "--decoder-layers", "1", "--decoder-embed-dim", "32",
                                      "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "4"]))
     printed = run(["examples/synthetic/run.sh"], env=env)
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
-    assert sorted({(r["label"], r["task"], r["n_low"]) for r in rows}) == sorted(
-        (label, task, low) for label in ("ALiBi ruoss", "ALiBi bialibi", "Sinusoidal")
+    assert sorted((r["label"], r["seed"], r["task"], r["n_low"]) for r in rows) == sorted(
+        (label, seed, task, low) for label in ("ALiBi bialibi", "Sinusoidal") for seed in (1, 2)
         for task in ("add", "copy", "reverse") for low in (1, 6))
+    # the table: each cell the mean ± std of the two seeds' exact match (%), n = 2
+    copy = [100 * r["accuracy"] for r in rows if (r["label"], r["task"], r["n_low"]) == ("ALiBi bialibi", "copy", 1)]
+    mean, std = sum(copy) / 2, abs(copy[0] - copy[1]) / 2 ** 0.5
+    assert re.search(rf"\| ALiBi bialibi \| 2 \| .*\| {mean:.1f} ± {std:.1f} \|", printed)
     # Test examples that also occur in training are dropped, and counted.
     text = tmp_path / "data" / "text"
     kept = {(b, task): int(k) for b, task, _, k in (line.split("\t") for line in
@@ -138,7 +142,7 @@ def test_synthetic_tasks_preset_toy_run(tmp_path):
     assert kept[("test2", "copy")] == 4 and sum(kept[("test1", t)] for t in ("add", "copy", "reverse")) < 12
     train = set((text / "train.src").read_text().splitlines())
     assert not train & set((text / "test1.src").read_text().splitlines())
-    assert "| ALiBi bialibi |" in printed and (tmp_path / "out" / "figure.png").stat().st_size > 0
+    assert (tmp_path / "out" / "figure.png").stat().st_size > 0
     # the tasks are what they say, and the test sizes past training are disjoint from training's
     for src, tgt in zip((text / "test2.src").read_text().splitlines(), (text / "test2.tgt").read_text().splitlines()):
         kind, *body = src.split()
@@ -150,13 +154,14 @@ def test_synthetic_tasks_preset_toy_run(tmp_path):
     # fairseq-generate itself decodes the ALiBi encoder-decoder past the training sizes (with its
     # default --required-batch-size-multiple 8, fairseq 0.12 translated only 8 of these 12)
     out = run(["fairseq-generate", str(tmp_path / "data" / "bin"), "--path",
-               str(tmp_path / "checkpoints" / "bialibi" / "checkpoint_last.pt"), "--user-dir", "fairseq_alibi",
+               str(tmp_path / "checkpoints" / "bialibi-s2" / "checkpoint_last.pt"), "--user-dir", "fairseq_alibi",
                "--gen-subset", "test1", "--beam", "2", "--cpu", "--left-pad-source", "--batch-size", "4",
                "--required-batch-size-multiple", "1"])
     assert out.count("\nH-") == 12
     # the run keeps its data's dictionaries; the tasks are made once: other TASK_FLAGS over them are
     # refused before anything runs, the results untouched
-    assert (tmp_path / "checkpoints" / "ruoss" / "dict.src.txt").is_file()
+    assert (tmp_path / "checkpoints" / "bialibi-s1" / "dict.src.txt").is_file()
+    assert json.loads((tmp_path / "checkpoints" / "sinusoidal-s2" / "train_flags.json").read_text())["--seed"] == "2"
     before = (tmp_path / "out" / "results.jsonl").read_text()
     other = subprocess.run(["examples/synthetic/run.sh"], cwd=REPO, capture_output=True, text=True,
                            env=dict(env, TASK_FLAGS=env["TASK_FLAGS"].replace("--train 300", "--train 400")))

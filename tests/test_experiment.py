@@ -84,6 +84,9 @@ def test_recipes_are_written_once_and_read_by_train_sh():
         "180", "1800", "1800"]
     mlm_sh = open(os.path.join(REPO, "examples", "wikitext2", "mlm.sh")).read()
     assert "--lr" not in mlm_sh and "experiment.py\" mlm" in mlm_sh  # the runner's declaration and recipe
+    synthetic_sh = open(os.path.join(REPO, "examples", "synthetic", "run.sh")).read()
+    assert "--lr" not in synthetic_sh and "recipes.py flags synthetic" in synthetic_sh
+    assert recipes["last_value"](recipes["recipe"]("synthetic", 0, 1, 2000), "--total-num-update") == "2000"
 
 
 def test_declared_experiments_name_known_methods_once():

@@ -8,6 +8,7 @@
 # Environment:
 #   VARIANTS  symmetric one_sided learned ruoss bialibi sinusoidal (default: all six)
 #   UPDATES   training updates per model (default 800), TRAIN_FLAGS extra fairseq-train flags,
+#   SEEDS     training seeds (default "1 2 3"; the tasks and their test sets are fixed),
 #   TASK_FLAGS  flags for make_tasks.py (e.g. "--train 2000 --per-bucket 20")
 #   OUT (default runs/synthetic), CHECKPOINTS (default checkpoints/synthetic), DATA_DIR
 #   (default data-bin/synthetic: the generated text and its binarized form)
@@ -26,6 +27,8 @@ DATA_DIR=${DATA_DIR:-data-bin/synthetic}
 read -r -a train_flags <<< "${TRAIN_FLAGS:-}"
 read -r -a task_flags <<< "${TASK_FLAGS:-}"
 positive_integers UPDATES "$UPDATES"
+read -r -a seeds <<< "${SEEDS:-1 2 3}"
+positive_integers SEEDS "${seeds[@]}"
 
 # The tasks (made once; other TASK_FLAGS over made ones are refused), then their binarized form,
 # written whole (a temporary directory renamed into place).
@@ -39,15 +42,9 @@ if [ ! -d "$DATA_DIR/bin" ]; then
   mv "$DATA_DIR/bin.part" "$DATA_DIR/bin"
 fi
 
-# The CPU-scale recipe, one for every model (pre-norm: it learns these tasks faster). Sources are padded on the right (bialibi's first
-# token sits at index 0; in fairseq 0.12 --left-pad-source turns left padding off).
-recipe=(--task translation --source-lang src --target-lang tgt --left-pad-source
-        --encoder-normalize-before --decoder-normalize-before --optimizer adam --adam-betas '(0.9,0.98)'
-        --lr 0.002 --lr-scheduler polynomial_decay --warmup-updates 100 --total-num-update "$UPDATES"
-        --max-update "$UPDATES" --clip-norm 1.0 --max-tokens 4096 --dropout 0.0 --criterion cross_entropy
-        --seed 1 --cpu --num-workers 0 --required-batch-size-multiple 1 --no-epoch-checkpoints
-        --save-interval-updates 200 --keep-interval-updates 1 --log-interval 100 --no-progress-bar
-        --share-all-embeddings --max-source-positions 1024 --max-target-positions 1024)
+# The recipe by name, one for every model (fairseq_alibi/recipes.py).
+mapfile -d '' recipe < <(python3 fairseq_alibi/recipes.py flags synthetic 0 1 "$UPDATES") && [ ${#recipe[@]} -gt 0 ] || exit 1
+recipe+=(--cpu --log-interval 100 --no-progress-bar)
 twin=$(python3 -c 'from fairseq_alibi.encoder import TRANSLATION_TWIN_FLAGS; print(TRANSLATION_TWIN_FLAGS)')
 
 mkdir -p "$OUT"
@@ -58,11 +55,13 @@ for variant in $VARIANTS; do
       model=(--user-dir fairseq_alibi --arch alibi_transformer_small --encoder-alibi "$variant"); label="ALiBi $variant" ;;
     *) echo "error: unknown variant '$variant': use symmetric one_sided learned ruoss bialibi sinusoidal" >&2; exit 1 ;;
   esac
-  save=$CHECKPOINTS/$variant
-  scripts/train_once.sh "$save" "$label" -- fairseq-train "$DATA_DIR/bin" --save-dir "$save" \
-    --tensorboard-logdir "$save/tensorboard" "${model[@]}" "${recipe[@]}" "${train_flags[@]}"
-  echo "== exact match, $label"
-  python3 examples/synthetic/exact_match.py "$save/checkpoint_last.pt" "$DATA_DIR/bin" \
-    "$DATA_DIR/text/buckets.txt" "$OUT/results.jsonl" --label "$label" > /dev/null
+  for seed in "${seeds[@]}"; do
+    save=$CHECKPOINTS/$variant-s$seed
+    scripts/train_once.sh "$save" "$label (seed $seed)" -- fairseq-train "$DATA_DIR/bin" --save-dir "$save" \
+      --tensorboard-logdir "$save/tensorboard" "${model[@]}" "${recipe[@]}" --seed "$seed" "${train_flags[@]}"
+    echo "== exact match, $label (seed $seed)"
+    python3 examples/synthetic/exact_match.py "$save/checkpoint_last.pt" "$DATA_DIR/bin" \
+      "$DATA_DIR/text/buckets.txt" "$OUT/results.jsonl" --label "$label" > /dev/null
+  done
 done
 python3 examples/synthetic/table.py "$OUT/results.jsonl" --out "$OUT"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """exact_match.py's JSON lines -> OUT/table.md (exact match %, one row per model, one column per
-task and size bucket) and OUT/figure.png (one panel per task). Prints the table.
+task and size bucket; a model's runs of several seeds as mean ± sample std, with n) and
+OUT/figure.png (one panel per task, the mean). Prints the table.
 
     python3 examples/synthetic/table.py RESULTS.jsonl --out DIR
 """
@@ -14,7 +15,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from results import read_json_lines, written_whole  # noqa: E402
+from results import mean_std, read_json_lines, written_whole  # noqa: E402
+
+
+def percent(values, n):
+    """mean ± std over the seeds, one decimal; (n=k) where this cell has fewer runs than its row."""
+    mean, std = mean_std(values)
+    return (f"{mean:.1f} ± {std:.1f}" if len(values) > 1 else f"{mean:.1f}") + (f" (n={len(values)})" if len(values) != n else "")
 
 
 def main():
@@ -29,13 +36,18 @@ def main():
     labels = list(dict.fromkeys(r["label"] for r in rows))
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     buckets = sorted({(r["n_low"], r["n_high"]) for r in rows})
-    accuracy = {(r["label"], r["task"], (r["n_low"], r["n_high"])): 100 * r["accuracy"] for r in rows}
+    runs = {}  # (label, task, bucket) -> {checkpoint: exact match %}; a checkpoint scored again: the last
+    for r in rows:
+        runs.setdefault((r["label"], r["task"], (r["n_low"], r["n_high"])), {})[r.get("checkpoint")] = 100 * r["accuracy"]
+    runs = {key: list(values.values()) for key, values in runs.items()}
     columns = [(t, b) for t in tasks for b in buckets]
-    lines = ["| model | " + " | ".join(f"{t} n={lo}-{hi}" for t, (lo, hi) in columns) + " |",
-             "|---|" + "---|" * len(columns)]
+    seeds = {label: max(len(runs.get((label, t, b), [])) for t, b in columns) for label in labels}
+    lines = ["| model | n | " + " | ".join(f"{t} n={lo}-{hi}" for t, (lo, hi) in columns) + " |",
+             "|---|---|" + "---|" * len(columns)]
     for label in labels:
-        cells = [f"{accuracy[label, t, b]:.1f}" if (label, t, b) in accuracy else "" for t, b in columns]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        cells = [percent(runs[label, t, b], seeds[label]) if (label, t, b) in runs else "" for t, b in columns]
+        lines.append(f"| {label} | {seeds[label]} | " + " | ".join(cells) + " |")
+    accuracy = {key: mean_std(values)[0] for key, values in runs.items()}
     table = "\n".join(lines) + "\n"
     os.makedirs(args.out, exist_ok=True)
     with written_whole(os.path.join(args.out, "table.md")) as partial, open(partial, "w") as f:
