@@ -113,12 +113,18 @@ EXPERIMENTS = {
 
 # The masked-LM encoders of the bidirectional experiment, one recipe for all: the five encoder ALiBi
 # variants and fairseq's RoBERTa encoder with sinusoidal or learned positions (the twins).
-ENCODERS = (*(Model(f"ALiBi {variant}", "alibi_roberta_small", ("--encoder-alibi", variant))
+# Every encoder scales its token embeddings by sqrt(d) (--scale-embedding, fairseq's transformer
+# convention): without it the sinusoidal twin's unit-scale sinusoids drown RoBERTa's std-0.02 token
+# embeddings, and with it both twins learn from context within the recipe's 3000 updates
+# (examples/wikitext2/results/mlm-diagnosis/). An ALiBi encoder adds no positions, so its embedding
+# LayerNorm makes the scale a no-op (tests/test_bidirectional.py).
+SCALED = ("--scale-embedding",)
+ENCODERS = (*(Model(f"ALiBi {variant}", "alibi_roberta_small", ("--encoder-alibi", variant, *SCALED))
               for variant in ("symmetric", "one_sided", "learned", "ruoss", "bialibi")),
-            Model("Sinusoidal", "alibi_roberta_small", ("--encoder-alibi", "none")),
+            Model("Sinusoidal", "alibi_roberta_small", ("--encoder-alibi", "none", *SCALED)),
             # its table 16L long (rows past L never trained), so that it is scored at every length
             Model("Learned positions", "alibi_roberta_small",
-                  ("--encoder-alibi", "none", "--encoder-learned-pos", "--max-positions", "1024")))
+                  ("--encoder-alibi", "none", "--encoder-learned-pos", "--max-positions", "1024", *SCALED)))
 EXPERIMENTS["mlm"] = Experiment(
     "Masked LMs (RoBERTa-style encoders) trained at L=64, scored to 16L on one fixed mask.",
     ENCODERS, recipe="masked_lm", strides=("0",))  # eval_mlm.py: nonoverlapping blocks only
