@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Give an existing model ALiBi, on WikiText-2 at CPU scale (about 65 minutes on 2 cores, most of
-# it distillation, which needs both models' full-vocabulary distributions at every token):
+# Give an existing model ALiBi, on WikiText-2 at CPU scale (an estimate from the runs' measured rates:
+# about 2.5 core-hours with the current recipe and 3 seeds, a third of it distillation, which needs
+# both models' full-vocabulary distributions at every token):
 # the main job's sinusoidal model (the teacher: L=64, UPDATES updates) is converted to ALiBi
 # (positions dropped, every other weight kept) and fine-tuned for FINETUNE updates, once with plain
 # cross entropy and once with distillation from the teacher; both are compared from L to 16L with
