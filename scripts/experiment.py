@@ -154,6 +154,12 @@ def slug(label):
     return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
 
 
+def names(model):
+    """What --models takes for model: its label, the label's slug, and slug@K, the one trained at K x L
+    (the trade's sinusoidal models share a label)."""
+    return model.label, slug(model.label), f"{slug(model.label)}@{model.train_multiple}"
+
+
 def duration(seconds):
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
@@ -192,7 +198,7 @@ class Runner:
         self.updates = args.updates or int(recipes["last_value"](recipes["recipe"](experiment.recipe, self.length), "--max-update"))
         self.out = args.out or os.path.join("runs", name)
         self.checkpoints = args.checkpoints or os.path.join("checkpoints", experiment.checkpoints or name)
-        self.models = [m for m in experiment.models if not args.models or m.label in args.models or slug(m.label) in args.models]
+        self.models = [m for m in experiment.models if not args.models or set(names(m)) & set(args.models)]
         self.lengths = sorted({lv for m in self.models for lv in self.model_lengths(m)})  # the floor's, the tables'
         self.results = os.path.join(self.out, "results.jsonl")
         self.fields = json.dumps({"experiment": name, "recipe": experiment.recipe})
@@ -396,7 +402,7 @@ class Runner:
                 model, seed = waiting.pop(0)
                 part = os.path.join(self.out, "parts", os.path.basename(self.save_dir(model, seed)))
                 os.makedirs(part, exist_ok=True)
-                command = [sys.executable, os.path.abspath(__file__), self.name, "--models", slug(model.label),
+                command = [sys.executable, os.path.abspath(__file__), self.name, "--models", names(model)[2],
                            "--seeds", str(seed), "--out", part, "--checkpoints", self.checkpoints, "--data", self.data,
                            "--updates", str(self.updates), "--train-length", str(self.length),
                            *(["--lengths", *map(str, self.args.lengths)] if self.args.lengths else []),
@@ -481,7 +487,8 @@ def main():
     p.add_argument("name", nargs="?", help="the experiment: " + ", ".join(EXPERIMENTS))
     p.add_argument("--list", action="store_true", help="list the experiments and their models")
     p.add_argument("--seeds", type=int, nargs="+", help="training seeds (default: the declaration's)")
-    p.add_argument("--models", nargs="+", help="only these models (labels, or their lower-case-hyphen form)")
+    p.add_argument("--models", nargs="+", help="only these models (labels, or their lower-case-hyphen form; "
+                   "NAME@K: the one trained at K x L, e.g. sinusoidal@16 in trade)")
     p.add_argument("--updates", type=int, help="training updates (default: the recipe's)")
     p.add_argument("--train-length", type=int, help="L (default: the declaration's)")
     p.add_argument("--lengths", type=int, nargs="+", help="L_valid values (default: the declaration's multiples of L)")
@@ -507,10 +514,11 @@ def main():
             p.error(f"{variable}={os.environ[variable]} is not read by the experiment runner (it takes options): "
                     f"use {option}, or unset {variable}")
     experiment = EXPERIMENTS[args.name]
-    known = [m.label for m in experiment.models]
+    known = {name for m in experiment.models for name in names(m)}
     for name in args.models or ():
-        if name not in known and name not in map(slug, known):
-            p.error(f"unknown model '{name}' for {args.name}: use one of {', '.join(map(slug, known))}")
+        if name not in known:
+            shown = dict.fromkeys(names(m)[1 if m.train_multiple == 1 else 2] for m in experiment.models)
+            p.error(f"unknown model '{name}' for {args.name}: use one of {', '.join(shown)}")
     for name, values in (("--seeds", args.seeds), ("--lengths", args.lengths), ("--updates", [args.updates]),
                          ("--train-length", [args.train_length]), ("--parallel", [args.parallel])):
         if any(v is not None and v < (0 if name == "--seeds" else 1) for v in values or ()):
