@@ -149,6 +149,15 @@ def tables(rows):
     return out
 
 
+def per_run(rows, key, value=lambda r: r["perplexity"]):
+    """{key(row): [value of each run]}: a configuration's runs (its seeds), one per checkpoint, a
+    checkpoint scored again counted once (its last row)."""
+    runs = {}
+    for r in rows:
+        runs.setdefault(key(r), {})[r.get("checkpoint")] = value(r)
+    return {k: list(v.values()) for k, v in runs.items()}
+
+
 def mean_std(values):
     """Mean and sample standard deviation (0 for one value)."""
     mean = sum(values) / len(values)

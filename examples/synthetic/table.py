@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from results import mean_std, read_json_lines, written_whole  # noqa: E402
+from results import mean_std, per_run, read_json_lines, written_whole  # noqa: E402
 
 
 def percent(values, n):
@@ -36,10 +36,7 @@ def main():
     labels = list(dict.fromkeys(r["label"] for r in rows))
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     buckets = sorted({(r["n_low"], r["n_high"]) for r in rows})
-    runs = {}  # (label, task, bucket) -> {checkpoint: exact match %}; a checkpoint scored again: the last
-    for r in rows:
-        runs.setdefault((r["label"], r["task"], (r["n_low"], r["n_high"])), {})[r.get("checkpoint")] = 100 * r["accuracy"]
-    runs = {key: list(values.values()) for key, values in runs.items()}
+    runs = per_run(rows, lambda r: (r["label"], r["task"], (r["n_low"], r["n_high"])), lambda r: 100 * r["accuracy"])
     columns = [(t, b) for t in tasks for b in buckets]
     seeds = {label: max(len(runs.get((label, t, b), [])) for t, b in columns) for label in labels}
     lines = ["| model | n | " + " | ".join(f"{t} n={lo}-{hi}" for t, (lo, hi) in columns) + " |",

@@ -19,18 +19,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from results import cell, mean_std, read_json_lines, written_whole  # noqa: E402
+from results import cell, mean_std, per_run, read_json_lines, written_whole  # noqa: E402
 
 
 def load(path):
     """{label: {updates: [perplexity of each run]}}; a checkpoint scored twice counts once (the last)."""
-    runs = {}
-    for row in read_json_lines(path):
-        runs.setdefault(row["label"], {}).setdefault(row["updates"], {})[row["checkpoint"]] = row["perplexity"]
-    missing = {"teacher", "converted", "ce", "distill", "scratch"} - set(runs)  # "continued": since 2026-11-24
+    points = {}
+    for (label, updates), values in per_run(read_json_lines(path), lambda r: (r["label"], r["updates"])).items():
+        points.setdefault(label, {})[updates] = values
+    missing = {"teacher", "converted", "ce", "distill", "scratch"} - set(points)  # "continued": since 2026-11-24
     if missing:
         raise SystemExit(f"error: {path} lacks the {', '.join(sorted(missing))} rows: run examples/wikitext2/convert.sh")
-    return {label: {k: list(v.values()) for k, v in points.items()} for label, points in runs.items()}
+    return points
 
 
 def main():

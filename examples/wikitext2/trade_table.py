@@ -17,7 +17,7 @@ import sys
 
 RESUMED_IF_LONGER = 60  # seconds: calls beyond the longest that trained too
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from results import cell, mean_std, read_json_lines, written_whole  # noqa: E402  (eval.sh's rows; one line for a bad one)
+from results import cell, mean_std, per_run, read_json_lines, written_whole  # noqa: E402  (eval.sh's rows; one line for a bad one)
 
 
 def training_cost(checkpoint):
@@ -31,17 +31,9 @@ def training_cost(checkpoint):
     return {"seconds": longest["seconds"], "peak_mib": longest["peak_mib"], "resumed": resumed}
 
 
-def runs(rows):
-    """{checkpoint: {l_valid: perplexity}} of rows (the last row of a configuration wins)."""
-    out = {}
-    for r in rows:
-        out.setdefault(r["checkpoint"], {})[r["l_valid"]] = r["perplexity"]
-    return out
-
-
 def costs(checkpoints):
     """Mean training seconds and peak MiB over the runs, whether any was resumed; None if any is not measured."""
-    measured = [training_cost(c) for c in checkpoints]
+    measured = [training_cost(c) for c in sorted(checkpoints)]
     if not measured or not all(measured):
         return None
     return {"seconds": mean_std([c["seconds"] for c in measured])[0], "peak_mib": mean_std([c["peak_mib"] for c in measured])[0],
@@ -57,12 +49,8 @@ def report(rows, out):
     if len({r["train_length"] for r in alibi}) != 1 or not sinusoidal:
         return None
     alibi_length = alibi[0]["train_length"]
-    alibi_runs = runs(alibi)
-    alibi_cost = costs(list(alibi_runs))
-    by_length = {}
-    for checkpoint, line in runs(sinusoidal).items():
-        for l_valid, ppl in line.items():
-            by_length.setdefault(l_valid, {})[checkpoint] = ppl
+    alibi_at, sinusoidal_at = (per_run(side, lambda r: r["l_valid"]) for side in (alibi, sinusoidal))
+    alibi_cost = costs({r["checkpoint"] for r in alibi})
     mark = lambda c: " (resumed)" if c and c["resumed"] else ""  # noqa: E731
     lines = [f"| L_valid | ALiBi L={alibi_length} | sinusoidal L=L_valid | ALiBi / sinusoidal perplexity "
              "| training s: ALiBi, sinusoidal | speed-up | peak MiB: ALiBi, sinusoidal | memory ratio |",
@@ -70,12 +58,11 @@ def report(rows, out):
     csv = ["l_valid,alibi_train_length,alibi_ppl,alibi_ppl_std,alibi_n,sinusoidal_ppl,sinusoidal_ppl_std,sinusoidal_n,"
            "alibi_train_s,sinusoidal_train_s,alibi_peak_mib,sinusoidal_peak_mib"]
     points = []
-    for l_valid in sorted(by_length):
-        a = [line[l_valid] for line in alibi_runs.values() if l_valid in line]
-        s = list(by_length[l_valid].values())
+    for l_valid in sorted(sinusoidal_at):
+        a, s = alibi_at.get(l_valid), sinusoidal_at[l_valid]
         if not a:
             continue
-        cost = costs(list(by_length[l_valid]))
+        cost = costs({r["checkpoint"] for r in sinusoidal if r["l_valid"] == l_valid})
         (a_mean, a_std), (s_mean, s_std) = mean_std(a), mean_std(s)
         if cost and alibi_cost:
             shown = (f"{alibi_cost['seconds']:.0f}{mark(alibi_cost)}, {cost['seconds']:.0f}{mark(cost)} | "
