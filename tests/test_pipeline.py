@@ -203,26 +203,36 @@ def test_trade_preset_toy_run(wt2_slice, tmp_path):
     """examples/wikitext2/trade.sh (scripts/experiment.py trade) end to end at toy size: ALiBi at
     L=16 scored at 1, 2, 4 and 16 L against the sinusoidal models trained at L and 16L (chosen by
     NAME@K: the four share a label) and scored at their own, two jobs at a time (each by a runner
-    of its own, given its one model), each training's time and peak memory measured beside it."""
+    of its own, given its one model), each training's time and peak memory measured beside it; and
+    the variant keeping L's sequences per update at 2L (twice the tokens), in a table of its own."""
     out, checkpoints = tmp_path / "out", tmp_path / "checkpoints"
     printed = run(["examples/wikitext2/trade.sh", "--data", wt2_slice, "--train-length", "16", "--updates", "4",
                    "--seeds", "1", "--out", out, "--checkpoints", checkpoints, "--parallel", "2",
-                   "--models", "alibi", "sinusoidal@1", "sinusoidal@16",
+                   "--models", "alibi", "sinusoidal@1", "sinusoidal@16", "sinusoidal-sequences-per-update-fixed@2",
                    "--train-flags", " ".join(["--max-tokens", "1024", *TOY])])
-    assert sorted(os.listdir(checkpoints)) == ["alibi-L16-s1", "sinusoidal-L16-s1", "sinusoidal-L256-s1"]
+    assert sorted(os.listdir(checkpoints)) == ["alibi-L16-s1", "sinusoidal-L16-s1", "sinusoidal-L256-s1",
+                                               "sinusoidal-sequences-per-update-fixed-L32-s1"]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
     assert sorted((r["model"], r["train_length"], r["l_valid"]) for r in rows) == sorted(
         [*(("alibi_transformer_lm_small", 16, lv) for lv in (16, 32, 64, 256)),
-         *(("transformer_lm", lv, lv) for lv in (16, 256))])
+         *(("transformer_lm", lv, lv) for lv in (16, 32, 256))])
+    batch = {}  # fairseq's end-of-training line: tokens (wpb) and sequences (bsz) per update
+    for name in ("sinusoidal-L16-s1", "sinusoidal-L256-s1", "sinusoidal-sequences-per-update-fixed-L32-s1"):
+        (summary,) = re.findall(r"\| train \| .*\| wpb (\S+) \| bsz (\S+) ", (checkpoints / name / "train.log").read_text())
+        batch[name] = tuple(float(x) for x in summary)
+    assert batch["sinusoidal-L16-s1"] == (1024, 64) and batch["sinusoidal-L256-s1"] == (1024, 4)
+    assert batch["sinusoidal-sequences-per-update-fixed-L32-s1"] == (2048, 64)
     for length in (16, 256):
         (call,) = [json.loads(line) for line in (checkpoints / f"sinusoidal-L{length}-s1" / "resources.jsonl").read_text().splitlines()]
         assert call["exit"] == 0 and call["seconds"] > 0 and call["peak_mib"] > 100
-    table = [line.split("|")[1:-1] for line in (out / "trade.md").read_text().splitlines()[2:]]
+    trade, variant = (out / "trade.md").read_text().split("\n\n", 1)
+    table = [line.split("|")[1:-1] for line in trade.splitlines()[2:]]
     assert [int(r[0]) for r in table] == [16, 256] and all("not measured" not in "".join(r) for r in table)
     ppl = {(r["model"], r["l_valid"]): r["perplexity"] for r in rows}
     assert float(table[1][1]) == round(ppl[("alibi_transformer_lm_small", 256)], 2)
     assert float(table[1][2]) == round(ppl[("transformer_lm", 256)], 2)
     assert "| 256 |" in printed and (out / "trade.png").stat().st_size > 0
+    assert "| 32 |  | " in variant  # the variant at 2L, beside no recipe model there
 
 
 def test_trade_table_of_several_seeds(tmp_path):
@@ -243,6 +253,22 @@ def test_trade_table_of_several_seeds(tmp_path):
     text = report(rows, str(tmp_path / "out"))
     line = text.splitlines()[2]
     assert line.startswith("| 1024 | 105.00 ± 7.07 (n=2) | 210.00 ± 14.14 (n=2) | 0.500 | 20, 80 | 4.00x | 150, 150 | 1.00 |")
+    assert len(text.splitlines()) == 3  # no variant, no second table
+    # a sinusoidal model of another label (the trade's sequences-per-update variant): a table of its
+    # own, each model at its own length, the recipe's beside it; lengths either lacks stay empty
+    for seed, ppl in ((1, 150), (2, 170)):
+        save = tmp_path / f"variant-s{seed}"
+        save.mkdir()
+        (save / "resources.jsonl").write_text(json.dumps({"exit": 0, "seconds": 300, "peak_mib": 100}) + "\n")
+        for length in (256, 1024):
+            rows.append({"model": "transformer_lm", "label": "Sinusoidal, more sequences", "train_length": length,
+                         "l_valid": length, "perplexity": ppl + length // 256, "stride": 0, "scaling": "none",
+                         "checkpoint": str(save / "checkpoint_last.pt"), "split": "valid"})
+    lines = report(rows, str(tmp_path / "out")).splitlines()
+    assert lines[2].startswith("| 1024 | 105.00 ± 7.07 (n=2) | 210.00 ± 14.14 (n=2) |") and lines[3] == ""
+    assert lines[4].endswith("against Sinusoidal, more sequences")
+    assert lines[8:] == ["| 256 |  | 161.00 ± 14.14 (n=2) | , 300 |",
+                         "| 1024 | 210.00 ± 14.14 (n=2) | 164.00 ± 14.14 (n=2) | 80, 300 |"]
 
 
 def test_presets_go_on_after_a_finished_training_and_show_its_errors(wt2_slice, tmp_path):

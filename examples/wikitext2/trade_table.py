@@ -9,7 +9,9 @@ Perplexities from RESULTS.jsonl (scripts/eval.sh's rows, nonoverlapping); each m
 wall-clock and peak memory from resources.jsonl beside its checkpoint (scripts/measure.py, one
 line per call of scripts/train.sh: the longest is the training; a call that found the run finished
 adds a short line, which is ignored; a resumed run is marked). Runs of several training seeds show
-as mean ± sample std (n); their ratios are ratios of the means.
+as mean ± sample std (n); their ratios are ratios of the means. Sinusoidal models of another label
+(the trade's "sequences per update as at L", trained with --update-freq) get a second table: each
+at its own length beside the one of the recipe's tokens per update.
 """
 import argparse
 import os
@@ -40,18 +42,30 @@ def costs(checkpoints):
             "resumed": any(c["resumed"] for c in measured)}
 
 
+def spread(values):
+    """mean ± sample std (n) over several runs, the value of one."""
+    return cell(values, len(values)) + (f" (n={len(values)})" if len(values) > 1 else "")
+
+
+def seconds(cost):
+    return f"{cost['seconds']:.0f}" + (" (resumed)" if cost["resumed"] else "")
+
+
 def report(rows, out):
     """Write out/trade.{md,csv,png} from eval.sh rows; return the Markdown table (None, writing
     nothing, until the rows hold ALiBi runs of one training length and sinusoidal ones)."""
     rows = [r for r in rows if r.get("stride", 0) == 0 and (r.get("scaling") or "none") == "none" and r.get("checkpoint")]
     alibi = [r for r in rows if r["model"].startswith("alibi")]
-    sinusoidal = [r for r in rows if r["model"] == "transformer_lm" and r["l_valid"] == r["train_length"]]
+    own_length = [r for r in rows if r["model"] == "transformer_lm" and r["l_valid"] == r["train_length"]]
+    variants = {}  # label -> rows: sinusoidal models of another batch (none in runs before labels)
+    for r in own_length:
+        variants.setdefault(r.get("label") or "Sinusoidal", []).append(r)
+    sinusoidal = variants.pop("Sinusoidal", [])
     if len({r["train_length"] for r in alibi}) != 1 or not sinusoidal:
         return None
     alibi_length = alibi[0]["train_length"]
     alibi_at, sinusoidal_at = (per_run(side, lambda r: r["l_valid"]) for side in (alibi, sinusoidal))
     alibi_cost = costs({r["checkpoint"] for r in alibi})
-    mark = lambda c: " (resumed)" if c and c["resumed"] else ""  # noqa: E731
     lines = [f"| L_valid | ALiBi L={alibi_length} | sinusoidal L=L_valid | ALiBi / sinusoidal perplexity "
              "| training s: ALiBi, sinusoidal | speed-up | peak MiB: ALiBi, sinusoidal | memory ratio |",
              "|---|---|---|---|---|---|---|---|"]
@@ -65,24 +79,40 @@ def report(rows, out):
         cost = costs({r["checkpoint"] for r in sinusoidal if r["l_valid"] == l_valid})
         (a_mean, a_std), (s_mean, s_std) = mean_std(a), mean_std(s)
         if cost and alibi_cost:
-            shown = (f"{alibi_cost['seconds']:.0f}{mark(alibi_cost)}, {cost['seconds']:.0f}{mark(cost)} | "
+            shown = (f"{seconds(alibi_cost)}, {seconds(cost)} | "
                      f"{cost['seconds'] / alibi_cost['seconds']:.2f}x | {alibi_cost['peak_mib']:.0f}, "
                      f"{cost['peak_mib']:.0f} | {alibi_cost['peak_mib'] / cost['peak_mib']:.2f}")
         else:
             shown = "not measured | | not measured |"
-        n = lambda values: f" (n={len(values)})" if len(values) > 1 else ""  # noqa: E731
-        lines.append(f"| {l_valid} | {cell(a, len(a))}{n(a)} | {cell(s, len(s))}{n(s)} | {a_mean / s_mean:.3f} | {shown} |")
+        lines.append(f"| {l_valid} | {spread(a)} | {spread(s)} | {a_mean / s_mean:.3f} | {shown} |")
         csv.append(",".join(str(x) for x in (
             l_valid, alibi_length, round(a_mean, 2), round(a_std, 2), len(a), round(s_mean, 2), round(s_std, 2), len(s),
             alibi_cost and round(alibi_cost["seconds"], 1), cost and round(cost["seconds"], 1),
             alibi_cost and round(alibi_cost["peak_mib"]), cost and round(cost["peak_mib"]))))
         points.append((l_valid, a_mean, s_mean, cost))
+    for label, variant in sorted(variants.items()):
+        lines += ["", *variant_table(label, sinusoidal_at, per_run(variant, lambda r: r["l_valid"]), sinusoidal, variant)]
     os.makedirs(out, exist_ok=True)
     for name, text in (("trade.md", lines), ("trade.csv", csv)):
         with written_whole(os.path.join(out, name)) as partial, open(partial, "w") as f:
             f.write("\n".join(text) + "\n")
     figure(os.path.join(out, "trade.png"), points, alibi_length, alibi_cost)
     return "\n".join(lines) + "\n"
+
+
+def variant_table(label, sinusoidal_at, variant_at, sinusoidal, variant):
+    """Markdown lines: each sinusoidal model at its own length, the recipe's against `label`'s."""
+    def shown(at, side, length):
+        if length not in at:
+            return "", ""
+        cost = costs({r["checkpoint"] for r in side if r["l_valid"] == length})
+        return spread(at[length]), seconds(cost) if cost else "not measured"
+    lines = [f"Sinusoidal models at their own length L: the recipe's tokens per update against {label}",
+             "", f"| L | Sinusoidal | {label} | training s: Sinusoidal, {label} |", "|---|---|---|---|"]
+    for length in sorted(set(sinusoidal_at) | set(variant_at)):
+        (a, a_s), (b, b_s) = shown(sinusoidal_at, sinusoidal, length), shown(variant_at, variant, length)
+        lines.append(f"| {length} | {a} | {b} | {a_s}, {b_s} |")
+    return lines
 
 
 def figure(path, points, alibi_length, alibi_cost):
