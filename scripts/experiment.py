@@ -302,14 +302,14 @@ class Runner:
     def score(self, label, checkpoint, jobs, flags):
         scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in jobs)] for i in range(3))
         lengths = " ".join(map(str, sorted(lengths)))
-        env = dict(os.environ, LABEL=label, ROW_FIELDS=self.fields, SCALING=" ".join(scalings),
-                   SPLIT=self.experiment.split)
-        for name in ("ALIBI_SCALING", "SCALING_FACTOR", "ALIBI_SCALING_FACTOR"):
-            env.pop(name, None)
+        env = dict(os.environ)
         if self.masked:
             command = [sys.executable, os.path.join("scripts", "eval_mlm.py"), checkpoint, self.data, self.results,
                        "--lengths", lengths, "--split", self.experiment.split, "--label", label, "--fields", self.fields]
-        else:
+        else:  # eval.sh takes its options from the environment; a user's own scalings are not ours
+            env.update(LABEL=label, ROW_FIELDS=self.fields, SCALING=" ".join(scalings), SPLIT=self.experiment.split)
+            for name in ("ALIBI_SCALING", "SCALING_FACTOR", "ALIBI_SCALING_FACTOR"):
+                env.pop(name, None)
             command = [os.path.join("scripts", "eval.sh"), checkpoint, self.data, self.results, lengths,
                        " ".join(strides), "--", *flags]
         proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
