@@ -7,7 +7,8 @@
 #
 # Environment:
 #   VARIANTS  symmetric one_sided learned ruoss bialibi sinusoidal (default: all six)
-#   UPDATES   training updates per model (default 800), TRAIN_FLAGS extra fairseq-train flags,
+#   UPDATES   training updates per model (default: the recipe's, recipes.synthetic), TRAIN_FLAGS extra
+#             fairseq-train flags,
 #   SEEDS     training seeds (default "1 2 3"; the tasks and their test sets are fixed),
 #   TASK_FLAGS  flags for make_tasks.py (e.g. "--train 2000 --per-bucket 20")
 #   OUT (default runs/synthetic), CHECKPOINTS (default checkpoints/synthetic), DATA_DIR
@@ -20,13 +21,13 @@ cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1
 
 VARIANTS=${VARIANTS:-"symmetric one_sided learned ruoss bialibi sinusoidal"}
-UPDATES=${UPDATES:-800}
+UPDATES=${UPDATES:-}
 OUT=${OUT:-runs/synthetic}
 CHECKPOINTS=${CHECKPOINTS:-checkpoints/synthetic}
 DATA_DIR=${DATA_DIR:-data-bin/synthetic}
 read -r -a train_flags <<< "${TRAIN_FLAGS:-}"
 read -r -a task_flags <<< "${TASK_FLAGS:-}"
-positive_integers UPDATES "$UPDATES"
+[ -z "$UPDATES" ] || positive_integers UPDATES "$UPDATES"
 read -r -a seeds <<< "${SEEDS:-1 2 3}"
 positive_integers SEEDS "${seeds[@]}"
 
@@ -43,7 +44,7 @@ if [ ! -d "$DATA_DIR/bin" ]; then
 fi
 
 # The recipe by name, one for every model (fairseq_alibi/recipes.py).
-mapfile -d '' recipe < <(python3 fairseq_alibi/recipes.py flags synthetic 0 1 "$UPDATES") && [ ${#recipe[@]} -gt 0 ] || exit 1
+mapfile -d '' recipe < <(python3 fairseq_alibi/recipes.py flags synthetic 0 1 $UPDATES) && [ ${#recipe[@]} -gt 0 ] || exit 1
 recipe+=(--cpu --log-interval 100 --no-progress-bar)
 twin=$(python3 -c 'from fairseq_alibi.encoder import TRANSLATION_TWIN_FLAGS; print(TRANSLATION_TWIN_FLAGS)')
 
