@@ -56,9 +56,10 @@ def synthetic(updates=2400):
     """The CPU-scale encoder-decoder recipe of the synthetic tasks (examples/synthetic/run.sh), one
     for every model: pre-norm (it learns these tasks faster), Adam, lr 0.002 after 100 warm-up
     updates decaying linearly to 0 at the last, batches of 4096 tokens, no dropout, shared
-    embeddings, 2400 updates (about 29 epochs: at 800 the sinusoidal twin and BiALiBi had not learned
-    copy in distribution; at 2400 both do, examples/synthetic/budget/). Sources are padded on the right (bialibi's first token sits at index 0; in fairseq
-    0.12 --left-pad-source turns left padding off)."""
+    embeddings, 2400 updates (about 29 epochs: at 800 the sinusoidal twin and BiALiBi had not
+    learned copy in distribution; at 2400 both do, examples/synthetic/budget/). Sources are padded
+    on the right (bialibi's first token sits at index 0; in fairseq 0.12 --left-pad-source turns
+    left padding off)."""
     return ("--task", "translation", "--source-lang", "src", "--target-lang", "tgt", "--left-pad-source",
             "--encoder-normalize-before", "--decoder-normalize-before", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
             "--lr", "0.002", "--lr-scheduler", "polynomial_decay", "--warmup-updates", "100",
