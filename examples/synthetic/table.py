@@ -45,11 +45,9 @@ def main():
     buckets = sorted({(r["n_low"], r["n_high"]) for r in rows})
     runs = per_run(rows, lambda r: (r["label"], r["task"], (r["n_low"], r["n_high"])), lambda r: 100 * r["accuracy"])
     accuracy = {key: mean_std(values)[0] for key, values in runs.items()}
-    in_distribution = {(label, t): accuracy[label, t, buckets[0]] for label in labels for t in tasks
-                       if (label, t, buckets[0]) in accuracy}
     notes = []
-    for task in list(tasks):
-        scores = {label: a for (label, t), a in in_distribution.items() if t == task}
+    for task in list(tasks):  # each model's score in distribution (the first bucket)
+        scores = {label: accuracy[label, task, buckets[0]] for label in labels if (label, task, buckets[0]) in accuracy}
         best = max(scores, key=scores.get, default=None)
         if best is not None and scores[best] < LEARNED:
             tasks.remove(task)
