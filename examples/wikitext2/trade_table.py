@@ -42,6 +42,11 @@ def costs(checkpoints):
             "resumed": any(c["resumed"] for c in measured)}
 
 
+def cost_at(side, length):
+    """costs() of the runs among `side`'s rows scored at L_valid `length`."""
+    return costs({r["checkpoint"] for r in side if r["l_valid"] == length})
+
+
 def spread(values):
     """mean ± sample std (n) over several runs, the value of one."""
     return cell(values, len(values)) + (f" (n={len(values)})" if len(values) > 1 else "")
@@ -76,7 +81,7 @@ def report(rows, out):
         a, s = alibi_at.get(l_valid), sinusoidal_at[l_valid]
         if not a:
             continue
-        cost = costs({r["checkpoint"] for r in sinusoidal if r["l_valid"] == l_valid})
+        cost = cost_at(sinusoidal, l_valid)
         (a_mean, a_std), (s_mean, s_std) = mean_std(a), mean_std(s)
         if cost and alibi_cost:
             shown = (f"{seconds(alibi_cost)}, {seconds(cost)} | "
@@ -105,7 +110,7 @@ def variant_table(label, sinusoidal_at, variant_at, sinusoidal, variant):
     def shown(at, side, length):
         if length not in at:
             return "", ""
-        cost = costs({r["checkpoint"] for r in side if r["l_valid"] == length})
+        cost = cost_at(side, length)
         return spread(at[length]), seconds(cost) if cost else "not measured"
     lines = [f"Sinusoidal models at their own length L: the recipe's tokens per update against {label}",
              "", f"| L | Sinusoidal | {label} | training s: Sinusoidal, {label} |", "|---|---|---|---|"]
