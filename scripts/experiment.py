@@ -18,7 +18,8 @@ appended to OUT/results.jsonl, a row carrying the label, the seed, the recipe, t
 machine; nothing is ever deleted, so stopping (Ctrl-C) and running the same command again
 continues where it stopped. The unigram model (scripts/unigram.py) is every table's floor row.
 Tables and figures (scripts/results.py) are rebuilt from the rows of the declared runs after each
-job; OUT/runs.jsonl records each invocation (command, commit, machine, start, wall time).
+job; OUT/runs.jsonl records each invocation (command, commit, machine, start) as it starts, and again
+with its wall time as it finishes or is stopped.
 """
 import argparse
 import contextlib
@@ -363,21 +364,26 @@ class Runner:
             return
         self.data = self.args.data or prepare_wikitext2(self.experiment.documents)
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance["commit"](),
-                  "machine": provenance["machine"](), "started": started}
         jobs = [(m, s) for s in self.seeds for m in self.models]  # seed by seed: a stopped run has whole seeds
+        record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance["commit"](),
+                  "machine": provenance["machine"](), "started": started, "jobs": len(jobs)}
+        invocations = os.path.join(self.out, "runs.jsonl")
+        # Recorded as it starts, so that a run killed outright (a session's end) still leaves its line.
+        append_lines(invocations, [json.dumps(dict(record, event="started"))])
         print(f"== {self.name}: {len(self.models)} models x {len(self.seeds)} seeds, {self.experiment.recipe} recipe, "
               f"{self.updates} updates at L={self.length}, scored at {' '.join(map(str, self.lengths))}, strides "
               f"{' '.join(self.experiment.strides)} -> {self.out}", flush=True)
-        self.floor()
-        if self.args.parallel > 1:
-            self.run_parallel(jobs, start)
-        else:
-            self.run_in_turn(jobs, start)
-        printed = self.tabulate()
-        record.update(wall_s=round(time.time() - start, 1), jobs=len(jobs))
-        with open(os.path.join(self.out, "runs.jsonl"), "a") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            self.floor()
+            if self.args.parallel > 1:
+                self.run_parallel(jobs, start)
+            else:
+                self.run_in_turn(jobs, start)
+            printed = self.tabulate()
+        except KeyboardInterrupt:
+            append_lines(invocations, [json.dumps(dict(record, event="stopped", wall_s=round(time.time() - start, 1)))])
+            raise
+        append_lines(invocations, [json.dumps(dict(record, event="finished", wall_s=round(time.time() - start, 1)))])
         print(printed)
         print(f"== {self.name} done in {duration(time.time() - start)}: tables and figures in {self.out}")
 

@@ -196,7 +196,9 @@ def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slic
     assert elsewhere.count("already scored") == 2 and not checkpoints.exists()
     assert len((out / "results.jsonl").read_text().splitlines()) == len(rows)
     provenance = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
-    assert len(provenance) == 3 and all(p["command"].startswith("python scripts/experiment.py comparison") for p in provenance)
+    assert [p["event"] for p in provenance] == ["started", "finished"] * 3
+    assert all(p["command"].startswith("python scripts/experiment.py comparison") for p in provenance)
+    assert all(p["started"] == p2["started"] and p2["wall_s"] > 0 for p, p2 in zip(provenance[::2], provenance[1::2]))
 
 
 def test_trade_preset_toy_run(wt2_slice, tmp_path):
@@ -550,6 +552,8 @@ def test_experiment_runner_stopped_by_sigterm_leaves_no_trainer_running(wt2_slic
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "stopped: run the same command again" in err
+    invocations = [json.loads(line) for line in (tmp_path / "out" / "runs.jsonl").read_text().splitlines()]
+    assert [i["event"] for i in invocations] == ["started", "stopped"] and invocations[1]["wall_s"] > 0
     time.sleep(1)
     assert not subprocess.run(["pgrep", "-f", f"save-dir {save}"], capture_output=True, text=True).stdout.split()
 
