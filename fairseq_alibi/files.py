@@ -3,6 +3,7 @@ tables, checkpoints, dictionaries). Plain Python, no torch or fairseq, so that s
 path (runpy) without starting the package.
 """
 import contextlib
+import json
 import os
 
 
@@ -61,3 +62,23 @@ def append_lines(path, lines):
             os.remove(path)  # ours, and empty: no empty OUT left behind
         raise SystemExit(f"error: could not append to {path} ({e.strerror or e}); the result, to keep by hand: "
                          + " ".join(lines))
+
+
+def read_rows(path):
+    """The rows of a results file so far; a line cut short by an interrupted write is skipped (it
+    is measured again)."""
+    rows = []
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    return rows
+
+
+def row_key(row):
+    """What one measurement is: label, checkpoint, its updates, length, stride, scaling, split."""
+    return (row.get("label"), row.get("checkpoint"), row.get("updates"), row["l_valid"], row.get("stride_rule"),
+            row.get("scaling") or "none", row["split"])

@@ -146,9 +146,14 @@ class Scoring:
     show: bool = True  # print each row as well as appending it
 
 
-def score(scorings, data, split="valid", extra=()):
-    """Check every scoring (before anything is appended anywhere), then score them all in one process."""
+def score(scorings, data, split="valid", extra=(), resume=False):
+    """Check every scoring (before anything is appended anywhere), then score them all in one process.
+    With resume, a measurement already in its output file (files.row_key) is not made again.
+    Returns how many measurements were made."""
     dictionaries = runpy.run_path(os.path.join(here, "fairseq_alibi", "dictionaries.py"))
+    files = runpy.run_path(os.path.join(here, "fairseq_alibi", "files.py"))
+    done = {out: {files["row_key"](r) for r in files["read_rows"](out)} if resume else set()
+            for out in dict.fromkeys(s.out for s in scorings)}
     planned = []
     for s in scorings:
         name, train_length, has_scaling, updates, seed, user = trained(s.checkpoint, s.user_overrides)
@@ -161,11 +166,15 @@ def score(scorings, data, split="valid", extra=()):
             fail(f"nothing to score for {s.checkpoint}: {'; '.join(skipped)}")
         for why in skipped:
             print(f"skipping: {why}", file=sys.stderr)
-        planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show))
-    require_appendable = runpy.run_path(os.path.join(here, "fairseq_alibi", "files.py"))["require_appendable"]
-    for out in dict.fromkeys(s.out for s in scorings):  # every checkpoint checked: now the files
-        require_appendable(out)
-    evaluate(planned, data, split, list(extra))
+        jobs = [job for job in jobs if (s.label or None, s.checkpoint, updates, job[0], job[2], job[4], split)
+                not in done[s.out]]  # job: L_valid, stride, its rule, context, scaling, ...
+        if jobs:
+            planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show))
+    for out in done:  # every checkpoint checked: now the files
+        files["require_appendable"](out)
+    if planned:
+        evaluate(planned, data, split, list(extra))
+    return sum(len(jobs) for jobs, *_ in planned)
 
 
 def main():

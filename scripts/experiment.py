@@ -38,7 +38,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 recipes = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "recipes.py"))
 provenance = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "provenance.py"))
-append_lines = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))["append_lines"]
+files = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))
+append_lines, read_rows, row_key = files["append_lines"], files["read_rows"], files["row_key"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,26 +173,6 @@ def names(model):
 def duration(seconds):
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
-
-
-def read_rows(path):
-    """The rows of a results file so far; a line cut short by an interrupted write is skipped (it
-    is measured again)."""
-    rows = []
-    if os.path.isfile(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-    return rows
-
-
-def row_key(row):
-    """What one measurement is: label, checkpoint, its updates, length, stride, scaling, split."""
-    return (row.get("label"), row.get("checkpoint"), row.get("updates"), row["l_valid"], row.get("stride_rule"),
-            row.get("scaling") or "none", row["split"])
 
 
 def stride_rule(stride):

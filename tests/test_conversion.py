@@ -375,5 +375,24 @@ def test_conversion_preset_toy_run(wt2_slice, tmp_path):
     assert generation.count(", 16 tokens):") == 4 and "(transformer_lm, 7 tokens (stopped at its 16 positions))" in generation
     for name in ("recovery.png", "figure_valid_stride0.png", "table_valid_stride0.md"):
         assert (out / name).stat().st_size > 0
-    rerun = subprocess.run(["examples/wikitext2/convert.sh"], env=env, cwd=REPO, capture_output=True, text=True)
-    assert rerun.returncode == 1 and "exists" in rerun.stderr  # earlier results are not overwritten
+    # Run again: nothing trained or scored again, nothing written over.
+    kept = {name: (out / name).read_bytes() for name in ("results.jsonl", "recovery.jsonl", "generation.md")}
+    again = run(["examples/wikitext2/convert.sh"], env=env)
+    assert again.count("nothing to do") == 9 and "== 0 measurements made" in again
+    assert {name: (out / name).read_bytes() for name in kept} == kept
+    # A scoring stopped part-way (its last rows not yet written) continues with what is missing only.
+    lines = kept["results.jsonl"].decode().splitlines(keepends=True)
+    (out / "results.jsonl").write_text("".join(lines[:5]))
+    resumed = run(["examples/wikitext2/convert.sh"], env=env)
+    assert "== 7 measurements made" in resumed
+    key = lambda line: {k: v for k, v in json.loads(line).items() if k not in ("perplexity", "loss_base2", "seconds",
+                                                                            "tokens_per_s", "commit")}  # noqa: E731
+    assert sorted(map(json.dumps, map(key, (out / "results.jsonl").read_text().splitlines()))) == sorted(
+        map(json.dumps, map(key, lines)))
+    # Other settings on the same OUT are refused before anything trains.
+    other = subprocess.run(["examples/wikitext2/convert.sh"], env=dict(env, FINETUNE="20"), cwd=REPO,
+                           capture_output=True, text=True)
+    assert other.returncode == 1 and other.stderr.strip().splitlines()[-1] == (
+        f"error: {out} holds the scores of another conversion (--finetune 10 then, 20 now): "
+        "move it away or set OUT to a new directory")
+    assert "training" not in other.stdout

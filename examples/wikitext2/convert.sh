@@ -10,6 +10,7 @@
 # before fine-tuning, and ALiBi trained from scratch for the same total number of updates
 # (UPDATES + FINETUNE). Every EVERY updates a checkpoint is kept and scored
 # at L, for the recovery curve. Greedy continuations past L show the bias at work while decoding.
+# Stopped, the same command continues: finished trainings and scores are kept.
 #
 # Environment (and common.sh's: data, L, L_VALID, TRAIN_FLAGS):
 #   FINETUNE (default 200), EVERY (default 50), DISTILL_WEIGHT (0.5), DISTILL_TEMPERATURE (2)
@@ -28,40 +29,42 @@ read -r -a seeds <<< "$SEEDS"
 positive_integers SEEDS "${seeds[@]}"
 OUT=${OUT:-runs/conversion}
 CHECKPOINTS=${CHECKPOINTS:-checkpoints/conversion}
-for f in results.jsonl recovery.jsonl; do
-  if [ -e "$OUT/$f" ]; then echo "error: $OUT/$f exists: move it away or set OUT to a new directory" >&2; exit 1; fi
+teacher=${TEACHER:-$CHECKPOINTS/sinusoidal-L$L/checkpoint_last.pt}
+converted=$CHECKPOINTS/converted-L$L.pt
+ce=() kd=() continued=() scratch=()  # one save directory per seed
+for seed in "${seeds[@]}"; do
+  ce+=("$CHECKPOINTS/finetune-ce-L$L-s$seed") kd+=("$CHECKPOINTS/finetune-distill-L$L-s$seed")
+  continued+=("$CHECKPOINTS/teacher-continued-L$L-s$seed") scratch+=("$CHECKPOINTS/alibi-L$L-s$seed")
 done
+score=(python3 examples/wikitext2/score_conversion.py "$data" "$OUT" --length "$L" --lengths "$L_VALID" --strides "$strides"
+  --updates "$UPDATES" --finetune "$FINETUNE" --every "$EVERY" --teacher "$teacher" --converted "$converted"
+  --ce "${ce[@]}" --distill "${kd[@]}" --continued "${continued[@]}" --scratch "${scratch[@]}")
+"${score[@]}" --check  # an OUT with another conversion's scores is refused before anything trains
 mkdir -p "$OUT" "$CHECKPOINTS"
 keep_every=(--save-interval-updates "$EVERY" --keep-interval-updates -1)
 
-teacher=${TEACHER:-$CHECKPOINTS/sinusoidal-L$L/checkpoint_last.pt}
 [ -n "${TEACHER:-}" ] || train sinusoidal "$CHECKPOINTS/sinusoidal-L$L" --max-update "$UPDATES"
-converted=$CHECKPOINTS/converted-L$L.pt
 if [ ! -f "$converted" ]; then
   python3 -m fairseq_alibi.convert_checkpoint --replace-positions "$teacher" "$converted"
 fi
 
-ce=() kd=() continued=() scratch=()  # one save directory per seed
-total=$((UPDATES + FINETUNE))
-for seed in "${seeds[@]}"; do
-  ce+=("$CHECKPOINTS/finetune-ce-L$L-s$seed")
-  train alibi "${ce[-1]}" --finetune-from-model "$converted" --max-update "$FINETUNE" --seed "$seed" "${keep_every[@]}"
-  kd+=("$CHECKPOINTS/finetune-distill-L$L-s$seed")
-  train alibi "${kd[-1]}" --finetune-from-model "$converted" --max-update "$FINETUNE" --seed "$seed" "${keep_every[@]}" \
+for i in "${!seeds[@]}"; do
+  seed=${seeds[$i]}
+  train alibi "${ce[$i]}" --finetune-from-model "$converted" --max-update "$FINETUNE" --seed "$seed" "${keep_every[@]}"
+  train alibi "${kd[$i]}" --finetune-from-model "$converted" --max-update "$FINETUNE" --seed "$seed" "${keep_every[@]}" \
     --criterion lm_distillation --teacher-path "$teacher" \
     --distill-weight "$DISTILL_WEIGHT" --distill-temperature "$DISTILL_TEMPERATURE"
-  continued+=("$CHECKPOINTS/teacher-continued-L$L-s$seed")
-  train sinusoidal "${continued[-1]}" --finetune-from-model "$teacher" --max-update "$FINETUNE" --seed "$seed" "${keep_every[@]}"
-  scratch+=("$CHECKPOINTS/alibi-L$L-s$seed")
-  train alibi "${scratch[-1]}" --max-update "$total" --seed "$seed" "${keep_every[@]}"
+  train sinusoidal "${continued[$i]}" --finetune-from-model "$teacher" --max-update "$FINETUNE" --seed "$seed" "${keep_every[@]}"
+  train alibi "${scratch[$i]}" --max-update "$((UPDATES + FINETUNE))" --seed "$seed" "${keep_every[@]}"
 done
 
-python3 examples/wikitext2/score_conversion.py "$data" "$OUT" --length "$L" --lengths "$L_VALID" --strides "$strides" \
-  --updates "$UPDATES" --finetune "$FINETUNE" --every "$EVERY" --teacher "$teacher" --converted "$converted" \
-  --ce "${ce[@]}" --distill "${kd[@]}" --continued "${continued[@]}" --scratch "${scratch[@]}"
+"${score[@]}"  # what OUT already holds (an interrupted scoring) is kept, the rest scored
 python3 scripts/results.py "$OUT/results.jsonl" --out "$OUT"
 python3 examples/wikitext2/recovery.py "$OUT/recovery.jsonl" --out "$OUT"
-# the first seed's models
-python3 examples/wikitext2/generate.py --prompt $((L / 2)) --new "$L" "$data" "$teacher" "$converted" "${ce[0]}/checkpoint_last.pt" \
-  "${kd[0]}/checkpoint_last.pt" "${scratch[0]}/checkpoint_last.pt" | tee "$OUT/generation.md"
+if [ ! -e "$OUT/generation.md" ]; then  # the first seed's models; written whole, never over an earlier one
+  python3 examples/wikitext2/generate.py --prompt $((L / 2)) --new "$L" "$data" "$teacher" "$converted" \
+    "${ce[0]}/checkpoint_last.pt" "${kd[0]}/checkpoint_last.pt" "${scratch[0]}/checkpoint_last.pt" > "$OUT/generation.md.part"
+  mv "$OUT/generation.md.part" "$OUT/generation.md"
+fi
+cat "$OUT/generation.md"
 echo "tables and figures written to $OUT"

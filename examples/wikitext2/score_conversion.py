@@ -8,15 +8,21 @@ all checked first and then scored in one process (scripts/evaluate.py's score).
 
 Each of --ce, --distill, --continued and --scratch takes one save directory per training seed (their
 rows share a label and carry the seed: the tables show mean ± std over them).
+
+An interrupted scoring continues: OUT/scoring.json records these settings, and with the same ones a
+measurement already in OUT's results is not made again; OUT holding scores made with other settings
+is refused. --check does only that check (convert.sh, before it trains).
 """
 import argparse
 import glob
+import json
 import os
 import runpy
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 evaluate = runpy.run_path(os.path.join(REPO, "scripts", "evaluate.py"))
+files = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))
 Scoring = evaluate["Scoring"]
 
 
@@ -42,10 +48,27 @@ def main():
         p.add_argument(f"--{name}", required=True, help="checkpoint")
     for name in ("ce", "distill", "continued", "scratch"):
         p.add_argument(f"--{name}", required=True, nargs="+", help="save directories, one per seed")
+    p.add_argument("--check", action="store_true", help="only check that OUT holds no scores of other settings")
     args = p.parse_args()
     lengths, strides = [int(x) for x in args.lengths.split()], args.strides.split()
     total = args.updates + args.finetune
     results, recovery = os.path.join(args.out, "results.jsonl"), os.path.join(args.out, "recovery.jsonl")
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "check")}
+    recorded = os.path.join(args.out, "scoring.json")
+    if os.path.exists(results) or os.path.exists(recovery):
+        before = None
+        if os.path.isfile(recorded):
+            with open(recorded) as f:
+                before = json.load(f)
+        if before != settings:
+            changed = ("no record of its settings" if before is None else "; ".join(
+                f"--{k} {before.get(k)} then, {v} now" for k, v in settings.items() if before.get(k) != v))
+            sys.exit(f"error: {args.out} holds the scores of another conversion ({changed}): "
+                     "move it away or set OUT to a new directory")
+    if args.check:
+        return
+    with files["written_whole"](recorded) as partial, open(partial, "w") as f:
+        json.dump(settings, f, indent=1)
     last = lambda dirs: [os.path.join(d, "checkpoint_last.pt") for d in dirs]  # noqa: E731
     table = [
         (f"Sinusoidal teacher ({args.updates})", [args.teacher]),
@@ -67,8 +90,10 @@ def main():
     scorings += [Scoring(args.converted, recovery, [args.length], "converted", show=False),
                  Scoring(args.teacher, recovery, [args.length], "teacher", show=False)]
     print(f"== scoring {table_scorings} models at L_valid = {args.lengths}, then {len(scorings) - table_scorings} "
-          f"checkpoints at L = {args.length} (the recovery curve, every {args.every} updates)", flush=True)
-    evaluate["score"](scorings, args.data)
+          f"checkpoints at L = {args.length} (the recovery curve, every {args.every} updates); "
+          f"what {args.out} already holds is kept", flush=True)
+    made = evaluate["score"](scorings, args.data, resume=True)
+    print(f"== {made} measurements made", flush=True)
 
 
 if __name__ == "__main__":
