@@ -503,7 +503,8 @@ def test_the_runners_children_yield_as_the_runner_does_under_nice():
             "p = subprocess.Popen(['sleep', '5'], start_new_session=True)\n"
             "with e['stopped_together'](p): print(open(f'/proc/{p.pid}/autogroup').read()); p.kill()")
     shown = subprocess.run(["nice", "-n", "7", sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert shown.returncode == 0 and shown.stdout.strip().endswith("nice 7"), shown.stderr[-500:]
+    expected = min(os.nice(0) + 7, 19)  # nice adds to the niceness it is run with (a test run under nice, say)
+    assert shown.returncode == 0 and shown.stdout.strip().endswith(f"nice {expected}"), shown.stderr[-500:]
 
 
 def test_claims_verdicts_against_the_spread_written_out(tmp_path):
