@@ -78,7 +78,11 @@ def read_rows(path):
     return rows
 
 
+def measurement(label, checkpoint, updates, l_valid, stride_rule, scaling, split):
+    """What one measurement is, the key a results row is found by (row_key)."""
+    return (label or None, checkpoint, updates, l_valid, stride_rule, scaling or "none", split)
+
+
 def row_key(row):
-    """What one measurement is: label, checkpoint, its updates, length, stride, scaling, split."""
-    return (row.get("label"), row.get("checkpoint"), row.get("updates"), row["l_valid"], row.get("stride_rule"),
-            row.get("scaling") or "none", row["split"])
+    return measurement(row.get("label"), row.get("checkpoint"), row.get("updates"), row["l_valid"],
+                       row.get("stride_rule"), row.get("scaling"), row["split"])

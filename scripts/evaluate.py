@@ -166,8 +166,8 @@ def score(scorings, data, split="valid", extra=(), resume=False):
             fail(f"nothing to score for {s.checkpoint}: {'; '.join(skipped)}")
         for why in skipped:
             print(f"skipping: {why}", file=sys.stderr)
-        jobs = [job for job in jobs if (s.label or None, s.checkpoint, updates, job[0], job[2], job[4], split)
-                not in done[s.out]]  # job: L_valid, stride, its rule, context, scaling, ...
+        jobs = [job for job in jobs  # job: L_valid, stride, its rule, context, scaling, ...
+                if files["measurement"](s.label, s.checkpoint, updates, job[0], job[2], job[4], split) not in done[s.out]]
         if jobs:
             planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show))
     for out in done:  # every checkpoint checked: now the files

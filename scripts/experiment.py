@@ -39,7 +39,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 recipes = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "recipes.py"))
 provenance = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "provenance.py"))
 files = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))
-append_lines, read_rows, row_key = files["append_lines"], files["read_rows"], files["row_key"]
+append_lines, read_rows, row_key, measurement = (
+    files[name] for name in ("append_lines", "read_rows", "row_key", "measurement"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,8 +272,8 @@ class Runner:
         """Each scoring's label -> the (scaling, L_valid, stride) the results lack for checkpoint."""
         done = {row_key(r) for r in read_rows(self.results)}
         return {label: [(scaling, l_valid, stride) for scaling, l_valid, stride in self.evaluations(model)
-                        if (label, checkpoint, updates, l_valid, stride_rule(stride), scaling,
-                            self.experiment.split) not in done]
+                        if measurement(label, checkpoint, updates, l_valid, stride_rule(stride), scaling,
+                                       self.experiment.split) not in done]
                 for label, _ in self.scorings(model)}
 
     def scored_elsewhere(self, model, seed):
