@@ -26,6 +26,7 @@ from .bidirectional import VARIANTS
 from .decoder import PositionDecoder, check_decoder_args
 from .factory import causal_positions, encoder_positions
 from .kernels import KERNEL_NAMES
+from .methods import TRANSLATION_SMALL_DIMS
 
 
 class AlibiTransformerEncoder(TransformerEncoderBase):
@@ -221,13 +222,6 @@ class AlibiTransformerModel(TransformerModel):
         positions, kernel = causal_positions("alibi", cfg)
         return PositionDecoder(TransformerConfig.from_namespace(cfg), tgt_dict, embed_tokens, positions, kernel,
                                no_encoder_attn=False)
-
-
-# Stock fairseq flags giving alibi_transformer_small's dimensions with sinusoidal positions.
-TRANSLATION_SMALL_DIMS = {"layers": 3, "embed_dim": 128, "ffn_embed_dim": 512, "attention_heads": 8}
-TRANSLATION_TWIN_FLAGS = "--arch transformer " + " ".join(
-    f"--{side}-{name.replace('_', '-')} {value}" for side in ("encoder", "decoder")
-    for name, value in TRANSLATION_SMALL_DIMS.items())
 
 
 @register_model_architecture("alibi_transformer", "alibi_transformer_small")

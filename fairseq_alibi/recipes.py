@@ -71,6 +71,8 @@ def synthetic(updates=2400):
 
 
 RECIPES = ("small", "wiki103", "masked_lm", "synthetic")
+# What each recipe trains (a KINDS value, below).
+RECIPE_KIND = {"small": "causal LM", "wiki103": "causal LM", "masked_lm": "masked LM", "synthetic": "encoder-decoder"}
 
 
 def recipe(preset, length, workers=1, updates=None):

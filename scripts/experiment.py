@@ -9,12 +9,14 @@ An experiment is declared once, below (EXPERIMENTS): its models (a label, script
 METHOD and flags, the inference-time scalings scored past L), the recipe by name
 (fairseq_alibi/recipes.py, the one scripts/train.sh uses), the training length, the seeds and the
 evaluation grid. Each (model, seed) trains into CHECKPOINTS/<label>-L<L>-s<seed>: a causal LM
-through scripts/train.sh, a masked LM through scripts/train_once.sh (its METHOD is the fairseq
-architecture); an interrupted training resumes from its last checkpoint and a finished one
+through scripts/train.sh, a masked LM or an encoder-decoder (the synthetic tasks, no L in the
+name) through scripts/train_once.sh (its METHOD is the fairseq architecture); an interrupted
+training resumes from its last checkpoint and a finished one
 (recipes.run_status) is left untouched, as is one whose rows are all in the results where its checkpoint
 is gone (a fresh machine, the rows kept in git). Each missing (length, stride, scaling) is scored through
-scripts/eval.sh (a masked LM: scripts/eval_mlm.py, its one fixed mask, nonoverlapping) and
-appended to OUT/results.jsonl, a row carrying the label, the seed, the recipe, the commit and the
+scripts/eval.sh (a masked LM: scripts/eval_mlm.py, its one fixed mask, nonoverlapping; an
+encoder-decoder: each test bucket by examples/synthetic/exact_match.py) and appended to
+OUT/results.jsonl, a row carrying the label, the seed, the recipe, the commit and the
 machine; nothing is ever deleted, so stopping (Ctrl-C) and running the same command again
 continues where it stopped. The unigram model (scripts/unigram.py) is every table's floor row.
 Tables and figures (scripts/results.py) are rebuilt from the rows of the declared runs after each
@@ -30,6 +32,7 @@ import os
 import re
 import runpy
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +42,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 recipes = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "recipes.py"))
 provenance = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "provenance.py"))
 files = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))
+methods = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "methods.py"))
+exact_match = runpy.run_path(os.path.join(REPO, "examples", "synthetic", "exact_match.py"))
 append_lines, read_rows, row_key, measurement = (
     files[name] for name in ("append_lines", "read_rows", "row_key", "measurement"))
 
@@ -57,7 +62,7 @@ class Model:
 class Experiment:
     about: str
     models: tuple
-    recipe: str = "small"  # fairseq_alibi/recipes.py (masked_lm: the models are masked LMs)
+    recipe: str = "small"  # fairseq_alibi/recipes.py; its RECIPE_KIND says what the models are
     train_length: int = 64
     seeds: tuple = (1, 2, 3)
     multiples: tuple = (1, 2, 4, 8, 16)  # L_valid = multiple x L
@@ -130,8 +135,9 @@ EXPERIMENTS = {
 # (examples/wikitext2/results/mlm-diagnosis/). An ALiBi encoder adds no positions, so its embedding
 # LayerNorm makes the scale a no-op (tests/test_bidirectional.py).
 SCALED = ("--scale-embedding",)
+ENCODER_VARIANTS = ("symmetric", "one_sided", "learned", "ruoss", "bialibi")  # --encoder-alibi
 ENCODERS = (*(Model(f"ALiBi {variant}", "alibi_roberta_small", ("--encoder-alibi", variant, *SCALED))
-              for variant in ("symmetric", "one_sided", "learned", "ruoss", "bialibi")),
+              for variant in ENCODER_VARIANTS),
             Model("Sinusoidal", "alibi_roberta_small", ("--encoder-alibi", "none", *SCALED)),
             # its table 16L long (rows past L never trained), so that it is scored at every length
             Model("Learned positions", "alibi_roberta_small",
@@ -139,6 +145,15 @@ ENCODERS = (*(Model(f"ALiBi {variant}", "alibi_roberta_small", ("--encoder-alibi
 EXPERIMENTS["mlm"] = Experiment(
     "Masked LMs (RoBERTa-style encoders) trained at L=64, scored to 16L on one fixed mask.",
     ENCODERS, recipe="masked_lm", strides=("0",))  # eval_mlm.py: nonoverlapping blocks only
+
+
+EXPERIMENTS["synthetic"] = Experiment(
+    "Encoder-decoders on synthetic tasks (copy, reverse, addition; examples/synthetic/make_tasks.py) trained on "
+    "sizes up to 20 and scored by exact match (greedy) up to 80: the five encoder ALiBi variants (a causal ALiBi "
+    "decoder, cross-attention without positions) against their sinusoidal twin (stock --arch transformer).",
+    (*(Model(f"ALiBi {variant}", "alibi_transformer_small", ("--encoder-alibi", variant)) for variant in ENCODER_VARIANTS),
+     Model("Sinusoidal", "transformer", tuple(methods["TRANSLATION_TWIN_FLAGS"].split()[2:]))),
+    recipe="synthetic", multiples=(), strides=())
 
 
 def littlebird(block, pack):
@@ -185,7 +200,9 @@ class Runner:
         self.name, self.experiment, self.args = name, experiment, args
         self.length = args.train_length or experiment.train_length
         self.seeds = tuple(args.seeds or experiment.seeds)
-        self.masked = experiment.recipe == "masked_lm"
+        self.kind = recipes["RECIPE_KIND"][experiment.recipe]  # causal LM, masked LM, encoder-decoder
+        self.masked = self.kind == "masked LM"
+        self.seq2seq = self.kind == "encoder-decoder"  # its data and sizes are the tasks': no L
         self.updates = args.updates or int(recipes["last_value"](recipes["recipe"](experiment.recipe, self.length), "--max-update"))
         self.out = args.out or os.path.join("runs", name)
         self.checkpoints = args.checkpoints or os.path.join("checkpoints", experiment.checkpoints or name)
@@ -202,29 +219,30 @@ class Runner:
         return self.args.lengths or [m * self.length for m in model.multiples or self.experiment.multiples]
 
     def save_dir(self, model, seed):
-        return os.path.join(self.checkpoints, f"{slug(model.label)}-L{self.train_length(model)}-s{seed}")
+        length = "" if self.seq2seq else f"-L{self.train_length(model)}"
+        return os.path.join(self.checkpoints, f"{slug(model.label)}{length}-s{seed}")
 
     def train(self, model, seed):
-        """scripts/train.sh (a masked LM: scripts/train_once.sh), which resumes an interrupted run
-        and leaves a finished one; its log is appended to SAVE/train.log, its time and memory to
-        SAVE/resources.jsonl."""
+        """scripts/train.sh (a masked LM or encoder-decoder: scripts/train_once.sh), which resumes an
+        interrupted run and leaves a finished one; its log is appended to SAVE/train.log, its time and
+        memory to SAVE/resources.jsonl."""
         save = self.save_dir(model, seed)
         os.makedirs(save, exist_ok=True)
         common = [*model.flags, "--seed", str(seed), "--max-update", str(self.updates), "--log-interval", "50",
                   "--no-progress-bar", *self.args.train_flags]
-        if self.masked:  # train_once.sh writes the log and measures
+        if self.kind != "causal LM":  # train_once.sh writes the log and measures
             command = [os.path.join("scripts", "train_once.sh"), save, f"{model.label} (seed {seed})", "--",
-                       "fairseq-train", self.data, "--save-dir", save, "--user-dir", "fairseq_alibi", "--arch", model.method,
+                       "fairseq-train", self.binarized, "--save-dir", save, "--user-dir", "fairseq_alibi", "--arch", model.method,
                        *recipes["recipe"](self.experiment.recipe, self.train_length(model), 1, self.updates), *common]
         else:
             command = [sys.executable, os.path.join("scripts", "measure.py"), os.path.join(save, "resources.jsonl"), "--",
                        os.path.join("scripts", "train.sh"), model.method, str(self.train_length(model)), self.data, save,
                        self.experiment.recipe, "--", *common]
-        with open(os.devnull if self.masked else os.path.join(save, "train.log"), "a") as log:
+        with open(os.devnull if self.kind != "causal LM" else os.path.join(save, "train.log"), "a") as log:
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
             with stopped_together(proc):
-                self.follow(proc, log)
+                self.follow(proc, log, "" if self.seq2seq else " at L")
         if proc.wait() != 0:  # the log's last line says why (a one-line refusal, fairseq's exception)
             with open(os.path.join(save, "train.log")) as log:
                 why = ([line.strip() for line in log if line.strip()] or ["(no output)"])[-1]
@@ -232,14 +250,14 @@ class Runner:
         return os.path.join(save, "checkpoint_last.pt")
 
     @staticmethod
-    def follow(proc, log):
-        """The training's output into its log; its validations and errors shown."""
+    def follow(proc, log, where):
+        """The training's output into its log; its validations (at `where`) and errors shown."""
         for line in proc.stdout:
             log.write(line)
             log.flush()  # tail -f SAVE/train.log follows it
             valid = re.search(r"valid on .*\| ppl ([\d.]+) .*\| num_updates (\d+)", line)
             if valid:
-                print(f"    {valid[2]} updates: validation perplexity {valid[1]} at L", flush=True)
+                print(f"    {valid[2]} updates: validation perplexity {valid[1]}{where}", flush=True)
             elif re.search(r"done training|already trained|error", line):
                 print("   ", line.split(" | ")[-1].rstrip(), flush=True)
 
@@ -269,7 +287,11 @@ class Runner:
         return any(missing.values())
 
     def missing(self, model, checkpoint, updates):
-        """Each scoring's label -> the (scaling, L_valid, stride) the results lack for checkpoint."""
+        """Each scoring's label -> the (scaling, L_valid, stride) the results lack for checkpoint (an
+        encoder-decoder: the test buckets)."""
+        if self.seq2seq:
+            done = exact_match["scored_buckets"](read_rows(self.results), model.label, checkpoint, updates)
+            return {model.label: [bucket for bucket in self.buckets if bucket not in done]}
         done = {row_key(r) for r in read_rows(self.results)}
         return {label: [(scaling, l_valid, stride) for scaling, l_valid, stride in self.evaluations(model)
                         if measurement(label, checkpoint, updates, l_valid, stride_rule(stride), scaling,
@@ -286,7 +308,10 @@ class Runner:
         scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in jobs)] for i in range(3))
         lengths = " ".join(map(str, sorted(lengths)))
         env = dict(os.environ)
-        if self.masked:
+        if self.seq2seq:  # exact_match.py decodes the buckets the results lack
+            command = [sys.executable, os.path.join("examples", "synthetic", "exact_match.py"), checkpoint, self.binarized,
+                       self.buckets_file, self.results, "--label", label, "--fields", self.fields]
+        elif self.masked:
             command = [sys.executable, os.path.join("scripts", "eval_mlm.py"), checkpoint, self.data, self.results,
                        "--lengths", lengths, "--split", self.experiment.split, "--label", label, "--fields", self.fields]
         else:  # eval.sh takes its options from the environment; a user's own scalings are not ours
@@ -307,7 +332,10 @@ class Runner:
             raise SystemExit(f"{last} (all of it in {log})")
 
     def floor(self):
-        """The unigram row, once per length and stride."""
+        """The unigram row, once per length and stride (an encoder-decoder has none: exact match's
+        floor is 0, and its table names every model below 90% in distribution)."""
+        if self.seq2seq:
+            return
         rows = read_rows(self.results)
         have = {(r["l_valid"], r.get("stride_rule")) for r in rows if r.get("model") == "unigram"
                 and r["split"] == self.experiment.split}
@@ -322,6 +350,10 @@ class Runner:
         """Tables and figures from the rows of the declared runs at the declared updates (earlier
         rows, of other recipes or runs, stay in the file but not in the tables)."""
         checkpoints = {os.path.join(self.save_dir(m, s), "checkpoint_last.pt") for m in self.models for s in self.seeds}
+        if self.seq2seq:  # exact match per task and size bucket (examples/synthetic/table.py)
+            rows = [r for r in read_rows(self.results) if r.get("checkpoint") in checkpoints and r.get("updates") == self.updates]
+            table = runpy.run_path(os.path.join("examples", "synthetic", "table.py"))
+            return table["write_table"](rows, self.out) if rows else ""
         rows = [r for r in read_rows(self.results)
                 if (r.get("model") == "unigram" or (r.get("checkpoint") in checkpoints and r.get("updates") == self.updates))
                 and r["l_valid"] in self.lengths]
@@ -344,7 +376,13 @@ class Runner:
         if self.args.tables:
             print(self.tabulate() or f"no rows of {self.name}'s runs in {self.results} yet")
             return
-        self.data = self.args.data or prepare_wikitext2(self.experiment.documents)
+        if self.seq2seq:
+            self.data = prepare_synthetic(self.args.data or os.path.join("data-bin", "synthetic"), self.args.task_flags)
+            self.binarized, self.buckets_file = os.path.join(self.data, "bin"), os.path.join(self.data, "text", "buckets.txt")
+            with open(self.buckets_file) as f:
+                self.buckets = [line.split()[0] for line in f if line.strip()]
+        else:
+            self.data = self.binarized = self.args.data or prepare_wikitext2(self.experiment.documents)
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
         jobs = [(m, s) for s in self.seeds for m in self.models]  # seed by seed: a stopped run has whole seeds
         record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance["commit"](),
@@ -352,9 +390,10 @@ class Runner:
         invocations = os.path.join(self.out, "runs.jsonl")
         # Recorded as it starts, so that a run killed outright (a session's end) still leaves its line.
         append_lines(invocations, [json.dumps(dict(record, event="started"))])
+        scored = (f"scored by exact match on {len(self.buckets)} size buckets" if self.seq2seq else
+                  f"at L={self.length}, scored at {' '.join(map(str, self.lengths))}, strides {' '.join(self.experiment.strides)}")
         print(f"== {self.name}: {len(self.models)} models x {len(self.seeds)} seeds, {self.experiment.recipe} recipe, "
-              f"{self.updates} updates at L={self.length}, scored at {' '.join(map(str, self.lengths))}, strides "
-              f"{' '.join(self.experiment.strides)} -> {self.out}", flush=True)
+              f"{self.updates} updates {scored} -> {self.out}", flush=True)
         try:
             self.floor()
             if self.args.parallel > 1:
@@ -402,7 +441,8 @@ class Runner:
                            "--seeds", str(seed), "--out", part, "--checkpoints", self.checkpoints, "--data", self.data,
                            "--updates", str(self.updates), "--train-length", str(self.length),
                            *(["--lengths", *map(str, self.args.lengths)] if self.args.lengths else []),
-                           "--train-flags", shlex.join(self.args.train_flags)]
+                           "--train-flags", shlex.join(self.args.train_flags),
+                           *(["--task-flags", shlex.join(self.args.task_flags)] if self.args.task_flags else [])]
                 with open(os.path.join(part, "runner.log"), "a") as log:
                     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -457,6 +497,29 @@ def stopped_together(*procs):
         raise
 
 
+def prepare_synthetic(directory, task_flags):
+    """The synthetic tasks in DIRECTORY/text (examples/synthetic/make_tasks.py: made once, other
+    options over made ones refused), binarized with one dictionary in DIRECTORY/bin (written whole:
+    a temporary directory renamed into place)."""
+    text, binarized = os.path.join(directory, "text"), os.path.join(directory, "bin")
+    if subprocess.run([sys.executable, os.path.join("examples", "synthetic", "make_tasks.py"), text, *task_flags]).returncode:
+        raise SystemExit(1)
+    if not os.path.isdir(binarized):
+        with open(os.path.join(text, "buckets.txt")) as f:
+            tests = ",".join(os.path.join(text, line.split()[0]) for line in f if line.strip())
+        partial = binarized + ".part"
+        shutil.rmtree(partial, ignore_errors=True)  # an interrupted earlier attempt's
+        with open(os.path.join(directory, "preprocess.log"), "w") as log:
+            done = subprocess.run(["fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
+                                   "--trainpref", os.path.join(text, "train"), "--validpref", os.path.join(text, "valid"),
+                                   "--testpref", tests, "--destdir", partial, "--joined-dictionary", "--workers", "2"],
+                                  stdout=log, stderr=subprocess.STDOUT)
+        if done.returncode:
+            raise SystemExit(f"error: fairseq-preprocess failed on {text} (its log: {directory}/preprocess.log)")
+        os.rename(partial, binarized)
+    return directory
+
+
 def prepare_wikitext2(documents=False):
     """data-bin/wikitext-2 (-documents: with <doc> between articles), as scripts/prepare-wikitext.sh
     makes it (from WIKITEXT2_SOURCE, else ../shared/data/wikitext-2 if present, else the download
@@ -475,7 +538,8 @@ PRESET_VARIABLES = {"L": "--train-length", "UPDATES": "--updates", "L_VALID": "-
                     "TRAIN_FLAGS": "--train-flags", "VARIANTS": "--models",
                     "SLIDING": "nothing (the declaration scores both strides)",
                     "LITTLEBIRD_BLOCK": "--train-flags '--block-size N'", "LITTLEBIRD_PACK": "--train-flags '--pack-length N'",
-                    "ALIBI_L": "--train-length", "SINUSOIDAL_LS": "nothing (the trade's declaration: multiples of L)"}
+                    "ALIBI_L": "--train-length", "SINUSOIDAL_LS": "nothing (the trade's declaration: multiples of L)",
+                    "SEEDS": "--seeds", "TASK_FLAGS": "--task-flags"}
 
 
 def main():
@@ -488,10 +552,12 @@ def main():
     p.add_argument("--updates", type=int, help="training updates (default: the recipe's)")
     p.add_argument("--train-length", type=int, help="L (default: the declaration's)")
     p.add_argument("--lengths", type=int, nargs="+", help="L_valid values (default: the declaration's multiples of L)")
-    p.add_argument("--data", help="a binarized data directory (default: WikiText-2, prepared if needed)")
+    p.add_argument("--data", help="a binarized data directory (default: WikiText-2, prepared if needed; synthetic: "
+                   "where its tasks are made, DATA/text and DATA/bin, default data-bin/synthetic)")
     p.add_argument("--out", help="results, tables and figures (default: runs/NAME)")
     p.add_argument("--checkpoints", help="checkpoints (default: checkpoints/NAME)")
     p.add_argument("--train-flags", default="", help="extra fairseq-train flags for every model (toy sizes)")
+    p.add_argument("--task-flags", default="", help="synthetic only: examples/synthetic/make_tasks.py options (toy sizes)")
     p.add_argument("--parallel", type=int, default=1,
                    help="run this many (model, seed) jobs at once (a GPU or many cores; default 1: one at a time)")
     p.add_argument("--tables", action="store_true",
@@ -519,7 +585,9 @@ def main():
                          ("--train-length", [args.train_length]), ("--parallel", [args.parallel])):
         if any(v is not None and v < (0 if name == "--seeds" else 1) for v in values or ()):
             p.error(f"{name} must be {'non-negative' if name == '--seeds' else 'positive'} integers")
-    args.train_flags = shlex.split(args.train_flags)
+    if args.task_flags and experiment.recipe != "synthetic":
+        p.error(f"--task-flags is for the synthetic tasks, not {args.name}: leave it out")
+    args.train_flags, args.task_flags = shlex.split(args.train_flags), shlex.split(args.task_flags)
     # Paths given are the caller's; defaults (runs/, checkpoints/, data-bin/) are the repository's.
     # Those inside the repository are kept relative to it, as the defaults are: rows name the same
     # checkpoint whichever way it was given, and no machine's paths.

@@ -119,21 +119,29 @@ def masked_perplexity_by_hand(checkpoint, data, length):
 
 
 def test_synthetic_tasks_preset_toy_run(tmp_path):
-    env = dict(os.environ, UPDATES="3", VARIANTS="bialibi sinusoidal", SEEDS="1 2",
-               TASK_FLAGS="--train 300 --valid 30 --per-bucket 4 --train-max 5 --buckets 2",
-               OUT=str(tmp_path / "out"), CHECKPOINTS=str(tmp_path / "checkpoints"), DATA_DIR=str(tmp_path / "data"),
-               TRAIN_FLAGS=" ".join([*ENCODER_TOY, "--decoder-layers", "1", "--decoder-embed-dim", "32",
-                                     "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "4"]))
-    printed = run(["examples/synthetic/run.sh"], env=env)
-    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    """examples/synthetic/run.sh (scripts/experiment.py synthetic) at toy size: the tasks made and
+    binarized once, two models x two seeds trained through train_once.sh on the synthetic recipe,
+    every (task, bucket) scored by exact match with the runner's provenance; a rerun trains and
+    decodes nothing; a scoring cut short continues with the buckets it lacks."""
+    out, checkpoints, data = tmp_path / "out", tmp_path / "checkpoints", tmp_path / "data"
+    task_flags = "--train 300 --valid 30 --per-bucket 4 --train-max 5 --buckets 2"
+    command = ["examples/synthetic/run.sh", "--updates", "3", "--models", "alibi-bialibi", "sinusoidal",
+               "--seeds", "1", "2", "--out", out, "--checkpoints", checkpoints, "--data", data, "--task-flags", task_flags,
+               "--train-flags", " ".join([*ENCODER_TOY, "--decoder-layers", "1", "--decoder-embed-dim", "32",
+                                          "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "4"])]
+    printed = run(command)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert sorted((r["label"], r["seed"], r["task"], r["n_low"]) for r in rows) == sorted(
         (label, seed, task, low) for label in ("ALiBi bialibi", "Sinusoidal") for seed in (1, 2)
         for task in ("add", "copy", "reverse") for low in (1, 6))
+    assert all(r["updates"] == 3 and r["experiment"] == "synthetic" and r["recipe"] == "synthetic" and r["commit"]
+               and r["checkpoint"].endswith(f"-s{r['seed']}/checkpoint_last.pt") for r in rows)
     # the table (test_synthetic_table_against_the_rows_by_hand): 3 updates learn no task, so each is
     # named under it and left out
     assert all(f"- {task}: left out, learned by no model" in printed for task in ("add", "copy", "reverse"))
+    assert (out / "table.md").is_file() and "== [4/4] Sinusoidal, seed 2" in printed
     # Test examples that also occur in training are dropped, and counted.
-    text = tmp_path / "data" / "text"
+    text = data / "text"
     kept = {(b, task): int(k) for b, task, _, k in (line.split("\t") for line in
                                                      (text / "test_examples.txt").read_text().splitlines()[1:])}
     buckets = {1: "test1", 6: "test2"}
@@ -141,7 +149,7 @@ def test_synthetic_tasks_preset_toy_run(tmp_path):
     assert kept[("test2", "copy")] == 4 and sum(kept[("test1", t)] for t in ("add", "copy", "reverse")) < 12
     train = set((text / "train.src").read_text().splitlines())
     assert not train & set((text / "test1.src").read_text().splitlines())
-    assert not (tmp_path / "out" / "figure.png").exists()  # no task to draw
+    assert not (out / "figure.png").exists()  # no task to draw
     # the tasks are what they say, and the test sizes past training are disjoint from training's
     for src, tgt in zip((text / "test2.src").read_text().splitlines(), (text / "test2.tgt").read_text().splitlines()):
         kind, *body = src.split()
@@ -152,20 +160,36 @@ def test_synthetic_tasks_preset_toy_run(tmp_path):
             assert 6 <= len(body) <= 10 and tgt.split() == (body[::-1] if kind == "reverse" else body)
     # fairseq-generate itself decodes the ALiBi encoder-decoder past the training sizes (with its
     # default --required-batch-size-multiple 8, fairseq 0.12 translated only 8 of these 12)
-    out = run(["fairseq-generate", str(tmp_path / "data" / "bin"), "--path",
-               str(tmp_path / "checkpoints" / "bialibi-s2" / "checkpoint_last.pt"), "--user-dir", "fairseq_alibi",
-               "--gen-subset", "test1", "--beam", "2", "--cpu", "--left-pad-source", "--batch-size", "4",
-               "--required-batch-size-multiple", "1"])
-    assert out.count("\nH-") == 12
-    # the run keeps its data's dictionaries; the tasks are made once: other TASK_FLAGS over them are
-    # refused before anything runs, the results untouched
-    assert (tmp_path / "checkpoints" / "bialibi-s1" / "dict.src.txt").is_file()
-    assert json.loads((tmp_path / "checkpoints" / "sinusoidal-s2" / "train_flags.json").read_text())["--seed"] == "2"
-    before = (tmp_path / "out" / "results.jsonl").read_text()
-    other = subprocess.run(["examples/synthetic/run.sh"], cwd=REPO, capture_output=True, text=True,
-                           env=dict(env, TASK_FLAGS=env["TASK_FLAGS"].replace("--train 300", "--train 400")))
+    generated = run(["fairseq-generate", str(data / "bin"), "--path",
+                     str(checkpoints / "alibi-bialibi-s2" / "checkpoint_last.pt"), "--user-dir", "fairseq_alibi",
+                     "--gen-subset", "test1", "--beam", "2", "--cpu", "--left-pad-source", "--batch-size", "4",
+                     "--required-batch-size-multiple", "1"])
+    assert generated.count("\nH-") == 12
+    assert (checkpoints / "alibi-bialibi-s1" / "dict.src.txt").is_file()  # the run keeps its data's dictionaries
+    twin = json.loads((checkpoints / "sinusoidal-s2" / "train_flags.json").read_text())
+    assert twin["--seed"] == "2" and twin["--arch"] == "transformer" and twin["--encoder-embed-dim"] == "32"
+    # A rerun trains and decodes nothing; a scoring cut short gets exactly its missing bucket back.
+    before = (out / "results.jsonl").read_text()
+    again = run(command)
+    assert again.count("already trained") == 4 and (out / "results.jsonl").read_text() == before
+    lines = before.splitlines(keepends=True)
+    cut = [line for line in lines if not (json.loads(line)["label"] == "Sinusoidal" and json.loads(line)["seed"] == 1
+                                          and json.loads(line)["n_low"] == 6)]
+    (out / "results.jsonl").write_text("".join(cut))
+    run(command)
+    resumed = (out / "results.jsonl").read_text().splitlines(keepends=True)
+    assert resumed[:len(cut)] == cut and len(resumed) == len(lines)
+    key = lambda line: {k: v for k, v in json.loads(line).items() if k not in ("commit", "machine")}  # noqa: E731
+    assert sorted(map(json.dumps, map(key, resumed))) == sorted(map(json.dumps, map(key, lines)))
+    # The tasks are made once: other task options over them are refused before anything runs, the
+    # results untouched; so is the bash preset's environment variable.
+    other = subprocess.run([*map(str, command[:-4]), "--task-flags", task_flags.replace("--train 300", "--train 400")],
+                           cwd=REPO, capture_output=True, text=True)
     assert other.returncode == 1 and "holds tasks made with other options (--train 300 then, 400 now)" in other.stderr
-    assert (tmp_path / "out" / "results.jsonl").read_text() == before
+    old_style = subprocess.run(["examples/synthetic/run.sh"], cwd=REPO, capture_output=True, text=True,
+                               env=dict(os.environ, TASK_FLAGS="--train 400"))
+    assert old_style.returncode == 2 and "use --task-flags" in old_style.stderr
+    assert (out / "results.jsonl").read_text() == "".join(resumed)
 
 
 def test_synthetic_table_against_the_rows_by_hand(tmp_path):

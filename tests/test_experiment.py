@@ -85,7 +85,7 @@ def test_recipes_are_written_once_and_read_by_train_sh():
     mlm_sh = open(os.path.join(REPO, "examples", "wikitext2", "mlm.sh")).read()
     assert "--lr" not in mlm_sh and "experiment.py\" mlm" in mlm_sh  # the runner's declaration and recipe
     synthetic_sh = open(os.path.join(REPO, "examples", "synthetic", "run.sh")).read()
-    assert "--lr" not in synthetic_sh and "recipes.py flags synthetic" in synthetic_sh
+    assert "--lr" not in synthetic_sh and "experiment.py\" synthetic" in synthetic_sh
     assert recipes["last_value"](recipes["recipe"]("synthetic", 0, 1, 2000), "--total-num-update") == "2000"
 
 
@@ -94,7 +94,9 @@ def test_declared_experiments_name_known_methods_once():
         runs = [(experiment["slug"](m.label), m.train_multiple) for m in declared.models]  # one save directory each
         assert len(set(runs)) == len(runs), name
         for model in declared.models:
-            known = ("alibi_roberta_small", "littlebird_roberta_small") if declared.recipe == "masked_lm" else (*methods["CAUSAL_METHODS"], "sinusoidal")
+            known = {"masked_lm": ("alibi_roberta_small", "littlebird_roberta_small"),
+                     "synthetic": ("alibi_transformer_small", "transformer")}.get(
+                declared.recipe, (*methods["CAUSAL_METHODS"], "sinusoidal"))
             assert model.method in known, (name, model)
         assert recipes["recipe"](declared.recipe, declared.train_length)
     comparison = experiment["EXPERIMENTS"]["comparison"]
@@ -370,8 +372,8 @@ def test_every_script_answers_help_and_starts_nothing(script, tmp_path):
                            timeout=60)
     assert shown.returncode == 0 and script.split("/")[-1] in shown.stdout + " ".join(SCRIPTS) and shown.stdout.strip()
     assert not any(step in shown.stdout for step in ("== [", "== training", "already prepared"))  # nothing began
-    if script.startswith("examples/") and not script.endswith(("run.sh", "compare.sh", "mlm.sh", "littlebird.sh", "trade.sh")) \
-            or script == "examples/synthetic/run.sh":  # those are the runner's, which takes options
+    if script.startswith("examples/") and not script.endswith(("run.sh", "compare.sh", "mlm.sh", "littlebird.sh", "trade.sh")):
+        # those are the runner's, which takes options
         refused = subprocess.run([os.path.join(REPO, script), "now"], cwd=tmp_path, capture_output=True, text=True)
         assert refused.returncode == 2 and "takes no arguments" in refused.stderr
     after = {name: sorted(os.listdir(os.path.join(REPO, name))) for name in before}

@@ -40,6 +40,11 @@ def main():
                                 "examples/synthetic/exact_match.py"))
     if not rows:
         raise SystemExit(f"error: no results in {args.results}: run examples/synthetic/run.sh first")
+    print(write_table(rows, args.out), end="")
+
+
+def write_table(rows, out):
+    """OUT/table.md and OUT/figure.png from exact_match.py's rows; returns the table."""
     labels = list(dict.fromkeys(r["label"] for r in rows))
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     buckets = sorted({(r["n_low"], r["n_high"]) for r in rows})
@@ -64,13 +69,12 @@ def main():
         cells = [percent(runs[label, t, b], seeds[label]) if (label, t, b) in runs else "" for t, b in columns]
         lines.append(f"| {label} | {seeds[label]} | " + " | ".join(cells) + " |")
     table = "\n".join(lines + ([""] + notes if notes else [])) + "\n"
-    os.makedirs(args.out, exist_ok=True)
-    with written_whole(os.path.join(args.out, "table.md")) as partial, open(partial, "w") as f:
+    os.makedirs(out, exist_ok=True)
+    with written_whole(os.path.join(out, "table.md")) as partial, open(partial, "w") as f:
         f.write(table)
 
     if not tasks:  # nothing learned: no figure to draw
-        print(table, end="")
-        return
+        return table
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.6), dpi=100, squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for label in labels:
@@ -84,9 +88,10 @@ def main():
     axes[0][0].set_ylabel("exact match (%)")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    with written_whole(os.path.join(args.out, "figure.png")) as partial:
+    with written_whole(os.path.join(out, "figure.png")) as partial:
         fig.savefig(partial, format="png")
-    print(table, end="")
+    plt.close(fig)
+    return table
 
 
 if __name__ == "__main__":
