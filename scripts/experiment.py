@@ -436,7 +436,7 @@ class Runner:
             while waiting and len(running) < self.args.parallel:
                 model, seed = waiting.pop(0)
                 part = os.path.join(self.out, "parts", os.path.basename(self.save_dir(model, seed)))
-                os.makedirs(part, exist_ok=True)
+                self.start_part(model, seed, part)
                 command = [sys.executable, os.path.abspath(__file__), self.name, "--models", names(model)[2],
                            "--seeds", str(seed), "--out", part, "--checkpoints", self.checkpoints, "--data", self.data,
                            "--updates", str(self.updates), "--train-length", str(self.length),
@@ -463,6 +463,17 @@ class Runner:
             self.tabulate()
         if failed:
             raise SystemExit("error: some runs failed:\n  " + "\n  ".join(failed))
+
+    def start_part(self, model, seed, part):
+        """A part begins with the rows OUT already holds for its (model, seed), and the floor's, so
+        that its runner scores only what OUT lacks (a run begun one at a time, continued in parallel)."""
+        os.makedirs(part, exist_ok=True)
+        path, checkpoint = os.path.join(part, "results.jsonl"), os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
+        have = {json.dumps(r, sort_keys=True) for r in read_rows(path)}
+        rows = [json.dumps(r) for r in read_rows(self.results) if (r.get("checkpoint") == checkpoint or r.get("model") == "unigram")
+                and json.dumps(r, sort_keys=True) not in have]
+        if rows:
+            append_lines(path, rows)
 
     def merge(self, part_results):
         """Append a part's model rows that OUT/results.jsonl does not hold yet (the floor is OUT's own)."""

@@ -190,13 +190,17 @@ def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slic
     after = snapshot(checkpoints / "alibi-L16-s1")
     assert {k: v for k, v in after.items() if not k.endswith((".log", ".jsonl"))} == {
         k: v for k, v in finished.items() if not k.endswith((".log", ".jsonl"))}
+    # In parallel again, each part begins with OUT's rows of its run: nothing is scored again.
+    shutil.rmtree(out / "parts")
+    run([*command, "--parallel", "2"])
+    assert len((out / "results.jsonl").read_text().splitlines()) == len(rows)  # a score again differs (its time)
     # On a machine without the checkpoints (the rows kept in git), the scored runs are not trained again.
     shutil.rmtree(checkpoints)
     elsewhere = run(command)
     assert elsewhere.count("already scored") == 2 and not checkpoints.exists()
     assert len((out / "results.jsonl").read_text().splitlines()) == len(rows)
     provenance = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
-    assert [p["event"] for p in provenance] == ["started", "finished"] * 3
+    assert [p["event"] for p in provenance] == ["started", "finished"] * 4
     assert all(p["command"].startswith("python scripts/experiment.py comparison") for p in provenance)
     assert all(p["started"] == p2["started"] and p2["wall_s"] > 0 for p, p2 in zip(provenance[::2], provenance[1::2]))
 
