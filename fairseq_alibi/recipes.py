@@ -70,9 +70,9 @@ def synthetic(updates=2400):
             "--max-target-positions", "1024")
 
 
-RECIPES = ("small", "wiki103", "masked_lm", "synthetic")
-# What each recipe trains (a KINDS value, below).
+# The recipes by name, and what each trains (a KINDS value, below).
 RECIPE_KIND = {"small": "causal LM", "wiki103": "causal LM", "masked_lm": "masked LM", "synthetic": "encoder-decoder"}
+RECIPES = tuple(RECIPE_KIND)
 
 
 def recipe(preset, length, workers=1, updates=None):
