@@ -468,20 +468,21 @@ class Runner:
         """A part begins with the rows OUT already holds for its (model, seed), and the floor's, so
         that its runner scores only what OUT lacks (a run begun one at a time, continued in parallel)."""
         os.makedirs(part, exist_ok=True)
-        path, checkpoint = os.path.join(part, "results.jsonl"), os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
-        have = {json.dumps(r, sort_keys=True) for r in read_rows(path)}
-        rows = [json.dumps(r) for r in read_rows(self.results) if (r.get("checkpoint") == checkpoint or r.get("model") == "unigram")
-                and json.dumps(r, sort_keys=True) not in have]
-        if rows:
-            append_lines(path, rows)
+        checkpoint = os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
+        append_new(os.path.join(part, "results.jsonl"), [r for r in read_rows(self.results)
+                                                         if r.get("checkpoint") == checkpoint or r.get("model") == "unigram"])
 
     def merge(self, part_results):
         """Append a part's model rows that OUT/results.jsonl does not hold yet (the floor is OUT's own)."""
-        have = {json.dumps(r, sort_keys=True) for r in read_rows(self.results)}
-        new = [json.dumps(r) for r in read_rows(part_results)
-               if r.get("model") != "unigram" and json.dumps(r, sort_keys=True) not in have]
-        if new:
-            append_lines(self.results, new)
+        append_new(self.results, [r for r in read_rows(part_results) if r.get("model") != "unigram"])
+
+
+def append_new(path, rows):
+    """Append to the results file `path` those of `rows` it does not hold yet (row for row)."""
+    have = {json.dumps(r, sort_keys=True) for r in read_rows(path)}
+    new = [json.dumps(r) for r in rows if json.dumps(r, sort_keys=True) not in have]
+    if new:
+        append_lines(path, new)
 
 
 @contextlib.contextmanager
