@@ -334,6 +334,18 @@ def test_distillation_training_saves_no_teacher_and_resumes(sinusoidal_checkpoin
     assert state["optimizer_history"][-1]["num_updates"] == 8
 
 
+def test_recovery_curve_scores_the_from_scratch_run_sparsely_before_the_fine_tuning_window(tmp_path):
+    import runpy
+    recovery_checkpoints = runpy.run_path(os.path.join(REPO, "examples", "wikitext2", "score_conversion.py"))[
+        "recovery_checkpoints"]
+    for updates in range(10, 170, 10):  # a from-scratch run of 160 updates, one kept every 10; the teacher's 120
+        (tmp_path / f"checkpoint_{updates // 50 + 1}_{updates}.pt").touch()
+    (tmp_path / "checkpoint_last.pt").touch()
+    scored = lambda **kw: [int(p.rsplit("_", 1)[1][:-3]) for p in recovery_checkpoints(str(tmp_path), 120, 10, **kw)]  # noqa: E731
+    assert scored(scratch=True) == [40, 80, 120, 130, 140, 150, 160]  # every 4th before 120, then each
+    assert scored() == list(range(10, 170, 10))  # a fine-tune: every kept checkpoint, in update order
+
+
 @pytest.mark.slow
 def test_conversion_preset_toy_run(wt2_slice, tmp_path):
     """examples/wikitext2/convert.sh end to end at toy size (L=16, evaluated at 2L), the fine-tunes,

@@ -34,6 +34,19 @@ def checkpoint_at(save_dir, updates, every):
     return found[0]
 
 
+SPARSE = 4  # the from-scratch run before the fine-tuning window: one kept checkpoint in SPARSE scored
+
+
+def recovery_checkpoints(save_dir, updates, every, scratch=False):
+    """A run's kept checkpoints (checkpoint_EPOCH_UPDATES.pt) on the recovery curve, by update count.
+    The from-scratch run keeps one every EVERY updates from its first; only the last FINETUNE of them
+    are compared with the fine-tunes, so before the teacher's UPDATES only every SPARSE-th is scored
+    (its learning curve, at a quarter of the cost: each scoring is a full pass over the validation set)."""
+    found = {int(os.path.basename(path)[:-3].rsplit("_", 1)[1]): path
+             for path in glob.glob(os.path.join(save_dir, "checkpoint_*_*.pt"))}
+    return [found[n] for n in sorted(found) if not scratch or n >= updates or n % (SPARSE * every) == 0]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data")
@@ -85,12 +98,13 @@ def main():
     # The recovery curve: each run's kept checkpoints (checkpoint_EPOCH_UPDATES.pt), at L.
     for label in ("ce", "distill", "continued", "scratch"):
         for save_dir in getattr(args, label):
-            for checkpoint in sorted(glob.glob(os.path.join(save_dir, "checkpoint_*_*.pt"))):
+            for checkpoint in recovery_checkpoints(save_dir, args.updates, args.every, scratch=label == "scratch"):
                 scorings.append(Scoring(checkpoint, recovery, [args.length], label, show=False))
     scorings += [Scoring(args.converted, recovery, [args.length], "converted", show=False),
                  Scoring(args.teacher, recovery, [args.length], "teacher", show=False)]
     print(f"== scoring {table_scorings} models at L_valid = {args.lengths}, then {len(scorings) - table_scorings} "
-          f"checkpoints at L = {args.length} (the recovery curve, every {args.every} updates); "
+          f"checkpoints at L = {args.length} (the recovery curve: every {args.every} updates, "
+          f"ALiBi from scratch every {SPARSE * args.every} before {args.updates}); "
           f"what {args.out} already holds is kept", flush=True)
     made = evaluate["score"](scorings, args.data, resume=True)
     print(f"== {made} measurements made", flush=True)
