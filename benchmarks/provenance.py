@@ -2,6 +2,7 @@
 import json
 import os
 import runpy
+import shlex
 import sys
 import time
 
@@ -19,7 +20,7 @@ def header(details, device="cpu"):
     # Paths inside this checkout or the working directory are written relative: no machine's paths.
     roots = sorted({os.path.dirname(HERE) + os.sep, os.getcwd() + os.sep}, key=len, reverse=True)
     args = [next((a.replace(r, "", 1) for r in roots if a.startswith(r)), a) for a in sys.argv[1:]]
-    command = f"python benchmarks/{os.path.basename(sys.argv[0])} {' '.join(args)}".strip()
+    command = f"python benchmarks/{os.path.basename(sys.argv[0])} {shlex.join(args)}".strip()  # to paste back
     return (f"Command: `{command}`; commit `{commit()}`; {time.strftime('%Y-%m-%d')}; {machine(device)}; "
             f"torch {torch.__version__}; {details}")
 
