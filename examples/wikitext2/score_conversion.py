@@ -1,6 +1,7 @@
 """examples/wikitext2/convert.sh's scoring: every model of the conversion at each L_VALID (its
 table, OUT/results.jsonl) and every kept checkpoint at L (the recovery curve, OUT/recovery.jsonl),
-all checked first and then scored in one process (scripts/evaluate.py's score).
+all checked first and then scored in one process (scripts/evaluate.py's score), and the unigram
+model's rows (scripts/unigram.py), the table's floor.
 
     python3 examples/wikitext2/score_conversion.py DATA OUT_DIR --length L --lengths "L_VALID..." \
         --strides "0 /2" --updates UPDATES --finetune FINETUNE --every EVERY --teacher T.pt \
@@ -18,6 +19,7 @@ import glob
 import json
 import os
 import runpy
+import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -108,6 +110,9 @@ def main():
           f"what {args.out} already holds is kept", flush=True)
     made = evaluate["score"](scorings, args.data, resume=True)
     print(f"== {made} measurements made", flush=True)
+    if not any(r.get("model") == "unigram" for r in files["read_rows"](results)):  # the table's floor row
+        subprocess.run([sys.executable, os.path.join(REPO, "scripts", "unigram.py"), args.data, results,
+                        "--lengths", args.lengths, "--strides", args.strides], check=True)
 
 
 if __name__ == "__main__":
