@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Give an existing model ALiBi, on WikiText-2 at CPU scale (an estimate from the runs' measured rates:
-# about 2.5 core-hours with the current recipe and 3 seeds, a third of it distillation, which needs
-# both models' full-vocabulary distributions at every token):
+# Give an existing model ALiBi, on WikiText-2 at CPU scale (measured with the current recipe and 3
+# seeds on the 2-core CPU machine: about 9 core-hours with SLIDING=1, 3.3 of them training and 5.6
+# scoring; about 6 without the sliding window):
 # the main job's sinusoidal model (the teacher: L=64, UPDATES updates) is converted to ALiBi
 # (positions dropped, every other weight kept) and fine-tuned for FINETUNE updates, once with plain
 # cross entropy and once with distillation from the teacher; both are compared from L to 16L with
