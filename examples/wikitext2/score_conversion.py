@@ -1,7 +1,7 @@
 """examples/wikitext2/convert.sh's scoring: every model of the conversion at each L_VALID (its
-table, OUT/results.jsonl) and every kept checkpoint at L (the recovery curve, OUT/recovery.jsonl),
-all checked first and then scored in one process (scripts/evaluate.py's score), and the unigram
-model's rows (scripts/unigram.py), the table's floor.
+table, OUT/results.jsonl) and the kept checkpoints at L (the recovery curve, OUT/recovery.jsonl;
+recovery_checkpoints says which), all checked first and then scored in one process
+(scripts/evaluate.py's score), and the unigram model's rows (scripts/unigram.py), the table's floor.
 
     python3 examples/wikitext2/score_conversion.py DATA OUT_DIR --length L --lengths "L_VALID..." \
         --strides "0 /2" --updates UPDATES --finetune FINETUNE --every EVERY --teacher T.pt \
