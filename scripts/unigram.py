@@ -5,7 +5,8 @@ dictionary, counts from the training split), scored on a split as scripts/eval.s
     python3 scripts/unigram.py DATA OUT.jsonl --lengths "64 128" --strides "0 /2" [--split valid]
 
 Its perplexity does not depend on the length or stride; one row per (L_valid, stride) is appended
-so that every table of scripts/results.py gets the floor row (label "Unigram (add-one)").
+so that every table of scripts/results.py gets the floor row (label "Unigram (add-one)"), and only
+where OUT does not hold that row yet: run again, it adds nothing.
 With --masked-lm it is scored on the masked tokens of scripts/eval_mlm.py's fixed evaluation mask
 (--mask-prob, --seed as there), a masked LM's floor, and its rows say so (masked_tokens).
 """
@@ -90,24 +91,29 @@ def main():
     if longest > split_tokens:  # as eval.sh: no row for a length nothing was scored at
         raise SystemExit(f"error: L_valid {longest} is longer than the {args.split} split ({split_tokens} tokens): "
                          f"nothing recorded; use lengths up to {split_tokens}")
+    files = runpy.run_path(os.path.join(PACKAGE, "files.py"))
+    have = {files["row_key"](r) for r in files["read_rows"](args.out) if r.get("model") == "unigram"}
+    wanted = []  # (L_valid, stride, its rule) of the rows OUT lacks; no stride > L_valid (nor in eval.sh)
+    for l_valid in map(int, args.lengths.split()):
+        for rule in args.strides.split():
+            stride = l_valid // int(rule[1:]) if rule.startswith("/") else int(rule)
+            stride_rule = f"L_valid{rule}" if rule.startswith("/") else rule
+            if stride <= l_valid and files["measurement"](LABEL, None, None, l_valid, stride_rule, "none", args.split) not in have:
+                wanted.append((l_valid, stride, stride_rule))
+    if not wanted:
+        print(f"{LABEL}: {args.out} already holds these rows")
+        return
     masked = (args.mask_prob, args.seed) if args.masked_lm else None
     ppl, tokens = perplexity(args.data, args.split, masked)
     provenance = runpy.run_path(os.path.join(PACKAGE, "provenance.py"))
     mask_fields = {"masked_tokens": tokens, "mask_prob": args.mask_prob, "mask_seed": args.seed} if masked else {}
-    rows = []
-    for l_valid in map(int, args.lengths.split()):
-        for rule in args.strides.split():
-            stride = l_valid // int(rule[1:]) if rule.startswith("/") else int(rule)
-            if stride > l_valid:  # eval.sh scores no such window either
-                continue
-            rows.append(json.dumps({
-                "checkpoint": None, "label": LABEL, "model": "unigram", "train_length": None, "updates": None,
-                "split": args.split, "l_valid": l_valid, "stride": stride,
-                "stride_rule": f"L_valid{rule}" if rule.startswith("/") else rule, "scaling": "none",
-                "scaling_factor": None, "loss_base2": math.log2(ppl), "perplexity": ppl, "tokens": tokens,
-                "seed": None, "commit": provenance["commit"](), "machine": provenance["machine"](), **mask_fields,
-                **args.fields}))
-    runpy.run_path(os.path.join(PACKAGE, "files.py"))["append_lines"](args.out, rows)
+    rows = [json.dumps({
+        "checkpoint": None, "label": LABEL, "model": "unigram", "train_length": None, "updates": None,
+        "split": args.split, "l_valid": l_valid, "stride": stride, "stride_rule": stride_rule, "scaling": "none",
+        "scaling_factor": None, "loss_base2": math.log2(ppl), "perplexity": ppl, "tokens": tokens,
+        "seed": None, "commit": provenance["commit"](), "machine": provenance["machine"](), **mask_fields,
+        **args.fields}) for l_valid, stride, stride_rule in wanted]
+    files["append_lines"](args.out, rows)
     print(f"{LABEL}: perplexity {ppl:.2f} on {tokens} {'masked ' if masked else ''}{args.split} tokens")
 
 

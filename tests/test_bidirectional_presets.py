@@ -272,6 +272,14 @@ def test_unigram_floor_against_the_raw_text_by_hand(wt2_slice, tmp_path):
         assert [r["l_valid"] for r in rows] == [16, 32] and rows[0]["tokens"] == len(tokens)
         assert rows[0]["perplexity"] == pytest.approx(perplexity(tokens, size), rel=1e-9)
         assert ("masked_tokens" in rows[0]) == bool(flags)
+        # Run again it adds only the rows the file lacks: none, then the new length's.
+        before = out.read_text()
+        assert "already holds these rows" in run(["python", "scripts/unigram.py", wt2_slice, out, "--lengths", "32 16", *flags])
+        assert out.read_text() == before
+        run(["python", "scripts/unigram.py", wt2_slice, out, "--lengths", "16 24 32", *flags])
+        added = out.read_text()[len(before):].splitlines()
+        assert [json.loads(line)["l_valid"] for line in added] == [24]
+        assert json.loads(added[0])["perplexity"] == rows[0]["perplexity"]
 
 
 @pytest.mark.parametrize("args, message", [
