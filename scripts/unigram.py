@@ -21,6 +21,7 @@ from fairseq.data import Dictionary, data_utils
 
 LABEL = "Unigram (add-one)"
 PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fairseq_alibi")
+files = runpy.run_path(os.path.join(PACKAGE, "files.py"))  # results rows: read, keyed, appended
 
 
 def counts(dictionary, data, split, masked=None):
@@ -67,7 +68,7 @@ def check(args):
     args.fields = runpy.run_path(os.path.join(PACKAGE, "provenance.py"))["row_fields"](args.fields)  # a dict from here on
     if args.masked_lm and not 0 < args.mask_prob < 1:
         raise SystemExit(f"error: --mask-prob must be between 0 and 1, got {args.mask_prob}")
-    runpy.run_path(os.path.join(PACKAGE, "files.py"))["require_appendable"](args.out)
+    files["require_appendable"](args.out)
 
 
 def main():
@@ -91,7 +92,6 @@ def main():
     if longest > split_tokens:  # as eval.sh: no row for a length nothing was scored at
         raise SystemExit(f"error: L_valid {longest} is longer than the {args.split} split ({split_tokens} tokens): "
                          f"nothing recorded; use lengths up to {split_tokens}")
-    files = runpy.run_path(os.path.join(PACKAGE, "files.py"))
     have = {files["row_key"](r) for r in files["read_rows"](args.out) if r.get("model") == "unigram"}
     wanted = []  # (L_valid, stride, its rule) of the rows OUT lacks; no stride > L_valid (nor in eval.sh)
     for l_valid in map(int, args.lengths.split()):

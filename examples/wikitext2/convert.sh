@@ -9,7 +9,8 @@
 # FINETUNE updates, so that a gain over the teacher is not just more training), the converted model
 # before fine-tuning, and ALiBi trained from scratch for the same total number of updates
 # (UPDATES + FINETUNE). Every EVERY updates a checkpoint is kept and scored
-# at L, for the recovery curve (the from-scratch run's every 4th before UPDATES). Greedy continuations past L show the bias at work while decoding.
+# at L, for the recovery curve (the from-scratch run's every 4th before UPDATES). Greedy
+# continuations past L show the bias at work while decoding.
 # Stopped, the same command continues: finished trainings and scores are kept.
 #
 # Environment (and common.sh's: data, L, L_VALID, TRAIN_FLAGS):
