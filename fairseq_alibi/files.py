@@ -78,6 +78,14 @@ def read_rows(path):
     return rows
 
 
+def stride(rule, l_valid):
+    """A stride rule as scripts/eval.sh takes it ("0": nonoverlapping, "S": S tokens, "/K": L_valid/K)
+    at L_valid: (the stride in tokens, the rule as results rows name it, "L_valid/K" for "/K")."""
+    if rule.startswith("/"):
+        return l_valid // int(rule[1:]), f"L_valid{rule}"
+    return int(rule), rule
+
+
 def measurement(label, checkpoint, updates, l_valid, stride_rule, scaling, split):
     """What one measurement is, the key a results row is found by (row_key)."""
     return (label or None, checkpoint, updates, l_valid, stride_rule, scaling or "none", split)

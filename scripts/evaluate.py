@@ -34,6 +34,7 @@ import time
 import traceback
 
 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+files = runpy.run_path(os.path.join(here, "fairseq_alibi", "files.py"))  # results rows, stride rules
 SCALINGS = {"alibi": ("none", "linear", "ntk", "dynamic_ntk"), "rotary": ("none", "linear", "ntk", "yarn")}
 
 
@@ -111,7 +112,7 @@ def plan(name, train_length, lengths, strides, scalings, scaling_factor):
                                "(give a longer L_valid, or SCALING_FACTOR)")
                 continue
             for rule in strides:  # a number, or /K for L_valid / K
-                stride = l_valid // int(rule[1:]) if rule.startswith("/") else int(rule)
+                stride, stride_rule = files["stride"](rule, l_valid)
                 context = 0 if stride == 0 else l_valid - stride
                 if context < 0:
                     skipped.append(f"stride {stride} > L_valid {l_valid}")
@@ -127,8 +128,7 @@ def plan(name, train_length, lengths, strides, scalings, scaling_factor):
                     factor = float(scaling_factor) if scaling_factor else default
                     overrides = {f"{method}_scaling": scaling, f"{method}_scaling_factor": factor,
                                  f"{method}_train_length": train_length}
-                jobs.append((l_valid, stride, f"L_valid{rule}" if rule.startswith("/") else rule, context, scaling,
-                             factor, overrides))
+                jobs.append((l_valid, stride, stride_rule, context, scaling, factor, overrides))
     return jobs, list(dict.fromkeys(skipped))
 
 
@@ -151,7 +151,6 @@ def score(scorings, data, split="valid", extra=(), resume=False):
     With resume, a measurement already in its output file (files.row_key) is not made again.
     Returns how many measurements were made."""
     dictionaries = runpy.run_path(os.path.join(here, "fairseq_alibi", "dictionaries.py"))
-    files = runpy.run_path(os.path.join(here, "fairseq_alibi", "files.py"))
     done = {out: {files["row_key"](r) for r in files["read_rows"](out)} if resume else set()
             for out in dict.fromkeys(s.out for s in scorings)}
     planned = []
@@ -198,7 +197,7 @@ def evaluate(planned, data, split, extra):
     from fairseq_cli import eval_lm
 
     provenance = runpy.run_path(os.path.join(here, "fairseq_alibi", "provenance.py"))
-    append_lines = runpy.run_path(os.path.join(here, "fairseq_alibi", "files.py"))["append_lines"]
+    append_lines = files["append_lines"]
     recorded = {"commit": provenance["commit"](), "machine": provenance["machine"](),
                 **json.loads(os.environ.get("ROW_FIELDS") or "{}")}
 

@@ -44,8 +44,8 @@ provenance = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "provenance.py")
 files = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))
 methods = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "methods.py"))
 exact_match = runpy.run_path(os.path.join(REPO, "examples", "synthetic", "exact_match.py"))
-append_lines, read_rows, row_key, measurement = (
-    files[name] for name in ("append_lines", "read_rows", "row_key", "measurement"))
+append_lines, read_rows, row_key, measurement, stride_of = (
+    files[name] for name in ("append_lines", "read_rows", "row_key", "measurement", "stride"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,10 +191,6 @@ def duration(seconds):
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def stride_rule(stride):
-    return f"L_valid{stride}" if stride.startswith("/") else stride
-
-
 class Runner:
     def __init__(self, name, experiment, args):
         self.name, self.experiment, self.args = name, experiment, args
@@ -294,7 +290,7 @@ class Runner:
             return {model.label: [bucket for bucket in self.buckets if bucket not in done]}
         done = {row_key(r) for r in read_rows(self.results)}
         return {label: [(scaling, l_valid, stride) for scaling, l_valid, stride in self.evaluations(model)
-                        if measurement(label, checkpoint, updates, l_valid, stride_rule(stride), scaling,
+                        if measurement(label, checkpoint, updates, l_valid, stride_of(stride, l_valid)[1], scaling,
                                        self.experiment.split) not in done]
                 for label, _ in self.scorings(model)}
 

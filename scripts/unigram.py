@@ -96,8 +96,7 @@ def main():
     wanted = []  # (L_valid, stride, its rule) of the rows OUT lacks; no stride > L_valid (nor in eval.sh)
     for l_valid in map(int, args.lengths.split()):
         for rule in args.strides.split():
-            stride = l_valid // int(rule[1:]) if rule.startswith("/") else int(rule)
-            stride_rule = f"L_valid{rule}" if rule.startswith("/") else rule
+            stride, stride_rule = files["stride"](rule, l_valid)
             if stride <= l_valid and files["measurement"](LABEL, None, None, l_valid, stride_rule, "none", args.split) not in have:
                 wanted.append((l_valid, stride, stride_rule))
     if not wanted:

@@ -457,6 +457,19 @@ def test_tables_refuse_masked_token_and_causal_perplexities_together_and_write_n
     assert "mlm.jsonl holds masked-token perplexities and" in proc.stderr and not out.exists()
 
 
+def test_a_stride_rule_means_one_stride_and_one_row_name_wherever_it_is_read():
+    """eval.sh's rules: "0" nonoverlapping, "S" S tokens, "/K" L_valid // K (named L_valid/K in
+    rows); the scoring plan (evaluate.py) drops a stride longer than L_valid."""
+    stride = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))["stride"]
+    assert [stride(rule, 100) for rule in ("0", "32", "/2", "/3")] == [
+        (0, "0"), (32, "32"), (50, "L_valid/2"), (33, "L_valid/3")]
+    plan = runpy.run_path(os.path.join(REPO, "scripts", "evaluate.py"))["plan"]
+    jobs, skipped = plan("alibi_transformer_lm", 64, [64, 100], ["0", "/3", "80"], ["none"], "")
+    assert [(l_valid, s, rule, context) for l_valid, s, rule, context, *_ in jobs] == [
+        (64, 0, "0", 0), (64, 21, "L_valid/3", 43), (100, 0, "0", 0), (100, 33, "L_valid/3", 67), (100, 80, "80", 20)]
+    assert skipped == ["stride 80 > L_valid 64"]
+
+
 def test_a_write_that_fails_leaves_the_previous_file_and_no_partial_one(tmp_path):
     written_whole = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))["written_whole"]
     target = tmp_path / "table.md"
