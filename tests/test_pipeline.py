@@ -110,6 +110,15 @@ def test_interrupted_training_resumes_from_last_checkpoint(wt2_slice, tmp_path):
     assert 10 <= resumed_at < 40
     state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 40
+    # Resuming changes nothing: the same run never interrupted ends with the same weights, bit for bit
+    # (data order, optimizer and schedule all come back from the checkpoint).
+    whole = tmp_path / "uninterrupted"
+    run([*cmd[:4], str(whole), *cmd[5:]])
+    reference = torch.load(whole / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
+    assert reference.keys() == state["model"].keys()
+    # fairseq's `_float_tensor` buffers are uninitialised placeholders (they only carry a dtype)
+    weights = [name for name in reference if not name.endswith("_float_tensor")]
+    assert len(weights) > 10 and all(torch.equal(reference[name], state["model"][name]) for name in weights)
 
 
 def test_fairseq_interactive_generates_with_the_plugin(toy_checkpoint, wt2_slice):
