@@ -20,7 +20,7 @@ OUT/results.jsonl, a row carrying the label, the seed, the recipe, the commit an
 machine; nothing is ever deleted, so stopping (Ctrl-C) and running the same command again
 continues where it stopped. The unigram model (scripts/unigram.py) is every table's floor row.
 Tables and figures (scripts/results.py) are rebuilt from the rows of the declared runs after each
-job; OUT/runs.jsonl records each invocation (command, commit, machine, start) as it starts, and again
+job; OUT/runs.jsonl records each invocation (command, commit, machine, threads, start) as it starts, and again
 with its wall time as it finishes or is stopped.
 """
 import argparse
@@ -380,7 +380,9 @@ class Runner:
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
         jobs = [(m, s) for s in self.seeds for m in self.models]  # seed by seed: a stopped run has whole seeds
         record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance["commit"](),
-                  "machine": provenance["machine"](), "started": started, "jobs": len(jobs)}
+                  "machine": provenance["machine"](), "started": started, "jobs": len(jobs),
+                  # the float summation order, so a training's trajectory, depends on it
+                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset (torch: one per core)")}
         invocations = os.path.join(self.out, "runs.jsonl")
         # Recorded as it starts, so that a run killed outright (a session's end) still leaves its line.
         append_lines(invocations, [json.dumps(dict(record, event="started"))])
@@ -437,9 +439,12 @@ class Runner:
                            *(["--lengths", *map(str, self.args.lengths)] if self.args.lengths else []),
                            "--train-flags", shlex.join(self.args.train_flags),
                            *(["--task-flags", shlex.join(self.args.task_flags)] if self.args.task_flags else [])]
+                # Unless told, the parts share the cores out: N parts of a thread per core each would
+                # oversubscribe them N times.
+                threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // self.args.parallel))
                 with open(os.path.join(part, "runner.log"), "a") as log:
                     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                            env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=threads))
                 running[proc] = (model, seed, part)
             with stopped_together(*running):
                 while not (ended := [proc for proc in running if proc.poll() is not None]):

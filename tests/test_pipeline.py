@@ -160,6 +160,11 @@ def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slic
                "--checkpoints", checkpoints, "--train-flags", " ".join(["--max-tokens", "1024", *TOY])]
     printed = run([*command, "--parallel", "2"])
     assert printed.count("ended (") == 2 and "FAILED" not in printed
+    # Each part records its threads: the caller's OMP_NUM_THREADS, else the cores shared out between the parts.
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // 2))
+    for seed in (1, 2):
+        (started, *_) = map(json.loads, (out / "parts" / f"alibi-L16-s{seed}" / "runs.jsonl").read_text().splitlines())
+        assert started["event"] == "started" and started["omp_num_threads"] == threads
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     models = [r for r in rows if r["model"] != "unigram"]
     runs = {(r["label"], r["seed"], r["scaling"], r["l_valid"], r["stride_rule"]) for r in models}
