@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """exact_match.py's JSON lines -> OUT/table.md (exact match %, one row per model, one column per
 task and size bucket; a model's runs of several seeds as mean ± sample std, with n) and
-OUT/figure.png (one panel per task, the mean). Prints the table.
+OUT/figure.png (one panel per task, the mean with the seeds' ± std as a band). Prints the table.
 
 A task no model learns in distribution (mean exact match below LEARNED in the first bucket) says
 nothing about length: its columns and panel are left out, and a line under the table names it
@@ -78,9 +78,12 @@ def write_table(rows, out):
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.6), dpi=100, squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for label in labels:
-            xs = [b for b in buckets if (label, task, b) in accuracy]
-            ax.plot([f"{lo}-{hi}" for lo, hi in xs], [accuracy[label, task, b] for b in xs], marker="o",
-                    linestyle="--" if label == "Sinusoidal" else "-", label=label)
+            xs = [i for i, b in enumerate(buckets) if (label, task, b) in accuracy]
+            mean, std = zip(*(mean_std(runs[label, task, buckets[i]]) for i in xs))
+            (line,) = ax.plot(xs, mean, marker="o", linestyle="--" if label == "Sinusoidal" else "-", label=label)
+            ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                            color=line.get_color(), alpha=0.15, linewidth=0)  # the seeds' spread
+        ax.set_xticks(range(len(buckets)), [f"{lo}-{hi}" for lo, hi in buckets])
         ax.set_title(task)
         ax.set_xlabel("size n (training: the first bucket)")
         ax.set_ylim(-3, 103)
