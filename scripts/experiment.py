@@ -174,7 +174,7 @@ EXPERIMENTS["littlebird"] = Experiment(
 EXPERIMENTS["littlebird-long"] = Experiment(
     "LittleBird with its own setting (blocks and pack of 64) trained at L=512, where its window is "
     "sparse (8 blocks), against dense BiALiBi at the same L, scored to 8L.",
-    (*littlebird(64, 64)[:1], DENSE["ALiBi bialibi"]), recipe="masked_lm", train_length=512, seeds=(1, 2),
+    (*littlebird(64, 64)[:1], DENSE["ALiBi bialibi"]), recipe="masked_lm", train_length=512,
     multiples=(1, 2, 4, 8), strides=("0",))
 
 
