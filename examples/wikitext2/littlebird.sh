@@ -5,5 +5,6 @@
 # insertion, and the dense encoders of the same size, BiALiBi and sinusoidal, whose runs are mlm's
 # (checkpoints/mlm: a model it trained is scored, not retrained). The experiment "littlebird" of
 # scripts/experiment.py (options pass through); results in runs/littlebird. LittleBird with its own
-# setting (blocks and pack of 64) at L=512: `python scripts/experiment.py littlebird-long`.
+# setting (blocks and pack of 64) at L=512: `python scripts/experiment.py littlebird-long` (its results:
+# examples/wikitext2/results/littlebird-long/).
 exec python3 "$(dirname "$0")/../../scripts/experiment.py" littlebird "$@"
