@@ -224,35 +224,42 @@ def test_trade_preset_toy_run(wt2_slice, tmp_path):
     L=16 scored at 1, 2, 4 and 16 L against the sinusoidal models trained at L and 16L (chosen by
     NAME@K: the four share a label) and scored at their own, two jobs at a time (each by a runner
     of its own, given its one model), each training's time and peak memory measured beside it; and
-    the variant keeping L's sequences per update at 2L (twice the tokens), in a table of its own."""
+    the variant keeping L's sequences per update at 2L (twice the tokens), in a table of its own, and
+    its control at L given the same tokens."""
     out, checkpoints = tmp_path / "out", tmp_path / "checkpoints"
     printed = run(["examples/wikitext2/trade.sh", "--data", wt2_slice, "--train-length", "16", "--updates", "4",
                    "--seeds", "1", "--out", out, "--checkpoints", checkpoints, "--parallel", "2",
                    "--models", "alibi", "sinusoidal@1", "sinusoidal@16", "sinusoidal-sequences-per-update-fixed@2",
-                   "--train-flags", " ".join(["--max-tokens", "1024", *TOY])])
+                   "sinusoidal-at-l-2x-tokens", "--train-flags", " ".join(["--max-tokens", "1024", *TOY])])
     assert sorted(os.listdir(checkpoints)) == ["alibi-L16-s1", "sinusoidal-L16-s1", "sinusoidal-L256-s1",
+                                               "sinusoidal-at-l-2x-tokens-L16-s1",
                                                "sinusoidal-sequences-per-update-fixed-L32-s1"]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
     assert sorted((r["model"], r["train_length"], r["l_valid"]) for r in rows) == sorted(
         [*(("alibi_transformer_lm_small", 16, lv) for lv in (16, 32, 64, 256)),
-         *(("transformer_lm", lv, lv) for lv in (16, 32, 256))])
+         *(("transformer_lm", lv, lv) for lv in (16, 16, 32, 256))])
     batch = {}  # fairseq's end-of-training line: tokens (wpb) and sequences (bsz) per update
-    for name in ("sinusoidal-L16-s1", "sinusoidal-L256-s1", "sinusoidal-sequences-per-update-fixed-L32-s1"):
+    for name in ("sinusoidal-L16-s1", "sinusoidal-L256-s1", "sinusoidal-sequences-per-update-fixed-L32-s1",
+                 "sinusoidal-at-l-2x-tokens-L16-s1"):
         (summary,) = re.findall(r"\| train \| .*\| wpb (\S+) \| bsz (\S+) ", (checkpoints / name / "train.log").read_text())
         batch[name] = tuple(float(x) for x in summary)
     assert batch["sinusoidal-L16-s1"] == (1024, 64) and batch["sinusoidal-L256-s1"] == (1024, 4)
     assert batch["sinusoidal-sequences-per-update-fixed-L32-s1"] == (2048, 64)
+    assert batch["sinusoidal-at-l-2x-tokens-L16-s1"] == (2048, 128)  # the same tokens, at L
     for length in (16, 256):
         (call,) = [json.loads(line) for line in (checkpoints / f"sinusoidal-L{length}-s1" / "resources.jsonl").read_text().splitlines()]
         assert call["exit"] == 0 and call["seconds"] > 0 and call["peak_mib"] > 100
-    trade, variant = (out / "trade.md").read_text().split("\n\n", 1)
+    trade, *variants = (out / "trade.md").read_text().split("\n\n")
     table = [line.split("|")[1:-1] for line in trade.splitlines()[2:]]
     assert [int(r[0]) for r in table] == [16, 256] and all("not measured" not in "".join(r) for r in table)
     ppl = {(r["model"], r["l_valid"]): r["perplexity"] for r in rows}
     assert float(table[1][1]) == round(ppl[("alibi_transformer_lm_small", 256)], 2)
     assert float(table[1][2]) == round(ppl[("transformer_lm", 256)], 2)
     assert "| 256 |" in printed and (out / "trade.png").stat().st_size > 0
-    assert "| 32 |  | " in variant  # the variant at 2L, beside no recipe model there
+    variant = {title.rsplit(" against ", 1)[1]: table for title, table in zip(variants[::2], variants[1::2])}
+    assert "| 32 |  | " in variant["Sinusoidal, sequences per update fixed"]  # at 2L, beside no recipe model there
+    ppl_at_l = {r["label"]: r["perplexity"] for r in rows if r["l_valid"] == 16 and r["model"] == "transformer_lm"}
+    assert f"| 16 | {ppl_at_l['Sinusoidal']:.2f} | {ppl_at_l['Sinusoidal at L, 2x tokens']:.2f} |" in variant["Sinusoidal at L, 2x tokens"]
 
 
 def test_trade_table_of_several_seeds(tmp_path):
