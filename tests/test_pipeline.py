@@ -256,7 +256,7 @@ def test_trade_preset_toy_run(wt2_slice, tmp_path):
     assert float(table[1][1]) == round(ppl[("alibi_transformer_lm_small", 256)], 2)
     assert float(table[1][2]) == round(ppl[("transformer_lm", 256)], 2)
     assert "| 256 |" in printed and (out / "trade.png").stat().st_size > 0
-    variant = {title.rsplit(" against ", 1)[1]: table for title, table in zip(variants[::2], variants[1::2])}
+    variant = {title.rsplit(" against ", 1)[1]: body for title, body in zip(variants[::2], variants[1::2])}
     assert "| 32 |  | " in variant["Sinusoidal, sequences per update fixed"]  # at 2L, beside no recipe model there
     ppl_at_l = {r["label"]: r["perplexity"] for r in rows if r["l_valid"] == 16 and r["model"] == "transformer_lm"}
     assert f"| 16 | {ppl_at_l['Sinusoidal']:.2f} | {ppl_at_l['Sinusoidal at L, 2x tokens']:.2f} |" in variant["Sinusoidal at L, 2x tokens"]

@@ -10,8 +10,8 @@ wall-clock and peak memory from resources.jsonl beside its checkpoint (scripts/m
 line per call of scripts/train.sh: the longest is the training; a call that found the run finished
 adds a short line, which is ignored; a resumed run is marked). Runs of several training seeds show
 as mean ± sample std (n); their ratios are ratios of the means. Sinusoidal models of another label
-(the trade's "sequences per update fixed", trained with --update-freq) get a second table: each
-at its own length beside the one of the recipe's tokens per update.
+(the trade's "sequences per update fixed" and its control at L, trained with --update-freq) get a
+table per label: each at its own length beside the one of the recipe's tokens per update.
 """
 import argparse
 import os
