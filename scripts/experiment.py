@@ -86,7 +86,7 @@ DOCUMENT_SCORINGS = {"scored apart": f"{{'document_separator': '{SEPARATOR}'}}",
 
 
 SINUSOIDAL = Model("Sinusoidal", "sinusoidal")
-SEQUENCES_FIXED = "Sinusoidal, sequences per update fixed"  # the trade's variant (trade_table.py: a table of its own)
+SEQUENCES_FIXED = "Sinusoidal, sequences per update fixed"  # the trade's variant (trade_table.py: a grid by tokens per update)
 ALIBI = Model("ALiBi", "alibi", scalings=("linear", "ntk", "dynamic_ntk"))
 EXPERIMENTS = {
     "main": Experiment(

@@ -249,17 +249,26 @@ def test_trade_preset_toy_run(wt2_slice, tmp_path):
     for length in (16, 256):
         (call,) = [json.loads(line) for line in (checkpoints / f"sinusoidal-L{length}-s1" / "resources.jsonl").read_text().splitlines()]
         assert call["exit"] == 0 and call["seconds"] > 0 and call["peak_mib"] > 100
-    trade, *variants = (out / "trade.md").read_text().split("\n\n")
+    trade, grid_title, grid = (out / "trade.md").read_text().split("\n\n")
     table = [line.split("|")[1:-1] for line in trade.splitlines()[2:]]
     assert [int(r[0]) for r in table] == [16, 256] and all("not measured" not in "".join(r) for r in table)
     ppl = {(r["model"], r["l_valid"]): r["perplexity"] for r in rows}
     assert float(table[1][1]) == round(ppl[("alibi_transformer_lm_small", 256)], 2)
     assert float(table[1][2]) == round(ppl[("transformer_lm", 256)], 2)
     assert "| 256 |" in printed and (out / "trade.png").stat().st_size > 0
-    variant = {title.rsplit(" against ", 1)[1]: body for title, body in zip(variants[::2], variants[1::2])}
-    assert "| 32 |  | " in variant["Sinusoidal, sequences per update fixed"]  # at 2L, beside no recipe model there
-    ppl_at_l = {r["label"]: r["perplexity"] for r in rows if r["l_valid"] == 16 and r["model"] == "transformer_lm"}
-    assert f"| 16 | {ppl_at_l['Sinusoidal']:.2f} | {ppl_at_l['Sinusoidal at L, 2x tokens']:.2f} |" in variant["Sinusoidal at L, 2x tokens"]
+    # every sinusoidal model at its own length, by tokens per update: the recipe's row (1024 tokens),
+    # and the row of twice the tokens, where the variant at 2L and its control at L sit side by side
+    assert grid_title.startswith("Sinusoidal models at their own length L, by tokens per update")
+    head, _, *body = grid.splitlines()
+    assert head == "| tokens per update | L=16 | L=32 | L=256 |"
+    at = {(r["label"], r["train_length"]): r["perplexity"] for r in rows if r["model"] == "transformer_lm"}
+    cells = {int(line.split("|")[1]): [c.strip() for c in line.split("|")[2:-1]] for line in body}
+    assert sorted(cells) == [1024, 2048]
+    assert cells[1024][0].startswith(f"{at['Sinusoidal', 16]:.2f}; 64 seq, ") and cells[1024][1] == ""
+    assert cells[1024][2].startswith(f"{at['Sinusoidal', 256]:.2f}; 4 seq, ")
+    assert cells[2048][0].startswith(f"{at['Sinusoidal at L, 2x tokens', 16]:.2f}; 128 seq, ")
+    assert cells[2048][1].startswith(f"{at['Sinusoidal, sequences per update fixed', 32]:.2f}; 64 seq, ")
+    assert cells[2048][2] == "" and all(c.endswith(" s") for row in cells.values() for c in row if c)
 
 
 def test_trade_table_of_several_seeds(tmp_path):
@@ -281,21 +290,29 @@ def test_trade_table_of_several_seeds(tmp_path):
     line = text.splitlines()[2]
     assert line.startswith("| 1024 | 105.00 ± 7.07 (n=2) | 210.00 ± 14.14 (n=2) | 0.500 | 20, 80 | 4.00x | 150, 150 | 1.00 |")
     assert len(text.splitlines()) == 3  # no variant, no second table
-    # a sinusoidal model of another label (the trade's sequences-per-update variant): a table of its
-    # own, each model at its own length, the recipe's beside it; lengths either lacks stay empty
+    # sinusoidal models of another batch (the trade's sequences-per-update variant): every sinusoidal
+    # model at its own length in a grid by tokens per update (train_flags.json beside each checkpoint)
     for seed, ppl in ((1, 150), (2, 170)):
         save = tmp_path / f"variant-s{seed}"
         save.mkdir()
         (save / "resources.jsonl").write_text(json.dumps({"exit": 0, "seconds": 300, "peak_mib": 100}) + "\n")
-        for length in (256, 1024):
-            rows.append({"model": "transformer_lm", "label": "Sinusoidal, more sequences", "train_length": length,
-                         "l_valid": length, "perplexity": ppl + length // 256, "stride": 0, "scaling": "none",
-                         "checkpoint": str(save / "checkpoint_last.pt"), "split": "valid"})
+        (save / "train_flags.json").write_text(json.dumps({"--max-tokens": "2048", "--update-freq": "4"}))
+        rows.append({"model": "transformer_lm", "label": "Sinusoidal, more sequences", "train_length": 256,
+                     "l_valid": 256, "perplexity": ppl, "stride": 0, "scaling": "none",
+                     "checkpoint": str(save / "checkpoint_last.pt"), "split": "valid"})
+    for seed in (1, 2):
+        (tmp_path / f"sinusoidal-s{seed}" / "train_flags.json").write_text(json.dumps({"--max-tokens": "2048"}))
     lines = report(rows, str(tmp_path / "out")).splitlines()
     assert lines[2].startswith("| 1024 | 105.00 ± 7.07 (n=2) | 210.00 ± 14.14 (n=2) |") and lines[3] == ""
-    assert lines[4].endswith("against Sinusoidal, more sequences")
-    assert lines[8:] == ["| 256 |  | 161.00 ± 14.14 (n=2) | , 300 |",
-                         "| 1024 | 210.00 ± 14.14 (n=2) | 164.00 ± 14.14 (n=2) | 80, 300 |"]
+    assert lines[4].startswith("Sinusoidal models at their own length L, by tokens per update")
+    assert lines[6:] == ["| tokens per update | L=256 | L=1024 |", "|---|---|---|",
+                         "| 2048 |  | 210.00 ± 14.14 (n=2); 2 seq, 80 s |",
+                         "| 8192 | 160.00 ± 14.14 (n=2); 32 seq, 300 s |  |"]
+    # a run whose flags are not known is left out, and the grid says how many
+    (tmp_path / "variant-s2" / "train_flags.json").unlink()
+    lines = report(rows, str(tmp_path / "out")).splitlines()
+    assert lines[-3:] == ["| 8192 | 150.00; 32 seq, 300 s |  |", "",
+                          "(1 of these runs left out: no train_flags.json beside the checkpoint)"]
 
 
 def test_presets_go_on_after_a_finished_training_and_show_its_errors(wt2_slice, tmp_path):

@@ -9,11 +9,14 @@ Perplexities from RESULTS.jsonl (scripts/eval.sh's rows, nonoverlapping); each m
 wall-clock and peak memory from resources.jsonl beside its checkpoint (scripts/measure.py, one
 line per call of scripts/train.sh: the longest is the training; a call that found the run finished
 adds a short line, which is ignored; a resumed run is marked). Runs of several training seeds show
-as mean ± sample std (n); their ratios are ratios of the means. Sinusoidal models of another label
-(the trade's "sequences per update fixed" and its control at L, trained with --update-freq) get a
-table per label: each at its own length beside the one of the recipe's tokens per update.
+as mean ± sample std (n); their ratios are ratios of the means. Then every sinusoidal model at its own
+length in one grid, by training length and tokens per update (--max-tokens x --update-freq, from
+train_flags.json beside its checkpoint): a row holds the tokens and compute fixed, so it tells the
+training length's effect from the batch's; the trade's "sequences per update fixed" models and their
+control at L (trained with --update-freq) fill the rows below the recipe's.
 """
 import argparse
+import json
 import os
 import sys
 
@@ -62,10 +65,7 @@ def report(rows, out):
     rows = [r for r in rows if r.get("stride", 0) == 0 and (r.get("scaling") or "none") == "none" and r.get("checkpoint")]
     alibi = [r for r in rows if r["model"].startswith("alibi")]
     own_length = [r for r in rows if r["model"] == "transformer_lm" and r["l_valid"] == r["train_length"]]
-    variants = {}  # label -> rows: sinusoidal models of another batch (none in runs before labels)
-    for r in own_length:
-        variants.setdefault(r.get("label") or "Sinusoidal", []).append(r)
-    sinusoidal = variants.pop("Sinusoidal", [])
+    sinusoidal = [r for r in own_length if (r.get("label") or "Sinusoidal") == "Sinusoidal"]  # the recipe's batch
     if len({r["train_length"] for r in alibi}) != 1 or not sinusoidal:
         return None
     alibi_length = alibi[0]["train_length"]
@@ -95,8 +95,8 @@ def report(rows, out):
             alibi_cost and round(alibi_cost["seconds"], 1), cost and round(cost["seconds"], 1),
             alibi_cost and round(alibi_cost["peak_mib"]), cost and round(cost["peak_mib"]))))
         points.append((l_valid, a_mean, s_mean, cost))
-    for label, variant in sorted(variants.items()):
-        lines += ["", *variant_table(label, sinusoidal_at, per_run(variant, lambda r: r["l_valid"]), sinusoidal, variant)]
+    if len(own_length) > len(sinusoidal):  # sinusoidal models of other batches: the grid
+        lines += ["", *batch_grid(own_length)]
     os.makedirs(out, exist_ok=True)
     for name, text in (("trade.md", lines), ("trade.csv", csv)):
         with written_whole(os.path.join(out, name)) as partial, open(partial, "w") as f:
@@ -105,18 +105,43 @@ def report(rows, out):
     return "\n".join(lines) + "\n"
 
 
-def variant_table(label, sinusoidal_at, variant_at, sinusoidal, variant):
-    """Markdown lines: each sinusoidal model at its own length, the recipe's against `label`'s."""
-    def shown(at, side, length):
-        if length not in at:
-            return "", ""
-        cost = cost_at(side, length)
-        return spread(at[length]), seconds(cost) if cost else "not measured"
-    lines = [f"Sinusoidal models at their own length L: the recipe's tokens per update against {label}",
-             "", f"| L | Sinusoidal | {label} | training s: Sinusoidal, {label} |", "|---|---|---|---|"]
-    for length in sorted(set(sinusoidal_at) | set(variant_at)):
-        (a, a_s), (b, b_s) = shown(sinusoidal_at, sinusoidal, length), shown(variant_at, variant, length)
-        lines.append(f"| {length} | {a} | {b} | {a_s}, {b_s} |")
+def tokens_per_update(checkpoint):
+    """--max-tokens x --update-freq of the training (train_flags.json beside its checkpoint), None if unknown."""
+    path = os.path.join(os.path.dirname(checkpoint), "train_flags.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        flags = json.load(f)
+    return int(flags["--max-tokens"]) * int(flags.get("--update-freq") or 1)
+
+
+def batch_grid(own_length):
+    """Markdown lines: sinusoidal models at their own length L, a column per L and a row per tokens
+    per update; each cell the perplexity, the sequences per update and the mean training seconds."""
+    tokens = {r["checkpoint"]: tokens_per_update(r["checkpoint"]) for r in own_length}
+    known = [r for r in own_length if tokens[r["checkpoint"]]]
+    at = per_run(known, lambda r: (tokens[r["checkpoint"]], r["train_length"]))
+    runs = {}  # (tokens, L) -> checkpoints, for their costs
+    for r in known:
+        runs.setdefault((tokens[r["checkpoint"]], r["train_length"]), set()).add(r["checkpoint"])
+    lengths, batches = sorted({k[1] for k in at}), sorted({k[0] for k in at})
+    lines = ["Sinusoidal models at their own length L, by tokens per update: a row holds tokens and compute "
+             "fixed; each cell: perplexity; sequences per update, training s",
+             "", "| tokens per update | " + " | ".join(f"L={length}" for length in lengths) + " |",
+             "|---|" + "---|" * len(lengths)]
+    for batch in batches:
+        cells = []
+        for length in lengths:
+            if (batch, length) not in at:
+                cells.append("")
+                continue
+            cost = costs(runs[batch, length])
+            cells.append(f"{spread(at[batch, length])}; {batch // length} seq, "
+                         + (f"{seconds(cost)} s" if cost else "s not measured"))
+        lines.append(f"| {batch} | " + " | ".join(cells) + " |")
+    left_out = {r["checkpoint"] for r in own_length} - {r["checkpoint"] for r in known}
+    if left_out:
+        lines += ["", f"({len(left_out)} of these runs left out: no train_flags.json beside the checkpoint)"]
     return lines
 
 
