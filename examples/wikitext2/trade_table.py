@@ -120,10 +120,10 @@ def batch_grid(own_length):
     per update; each cell the perplexity, the sequences per update and the mean training seconds."""
     tokens = {r["checkpoint"]: tokens_per_update(r["checkpoint"]) for r in own_length}
     known = [r for r in own_length if tokens[r["checkpoint"]]]
-    at = per_run(known, lambda r: (tokens[r["checkpoint"]], r["train_length"]))
-    runs = {}  # (tokens, L) -> checkpoints, for their costs
-    for r in known:
-        runs.setdefault((tokens[r["checkpoint"]], r["train_length"]), set()).add(r["checkpoint"])
+    def batch_and_length(r):
+        return tokens[r["checkpoint"]], r["train_length"]
+    at = per_run(known, batch_and_length)
+    runs = per_run(known, batch_and_length, value=lambda r: r["checkpoint"])  # for their costs
     lengths, batches = sorted({k[1] for k in at}), sorted({k[0] for k in at})
     lines = ["Sinusoidal models at their own length L, by tokens per update: a row holds tokens and compute "
              "fixed; each cell: perplexity; sequences per update, training s",
