@@ -224,8 +224,8 @@ def test_trade_preset_toy_run(wt2_slice, tmp_path):
     L=16 scored at 1, 2, 4 and 16 L against the sinusoidal models trained at L and 16L (chosen by
     NAME@K: the four share a label) and scored at their own, two jobs at a time (each by a runner
     of its own, given its one model), each training's time and peak memory measured beside it; and
-    the variant keeping L's sequences per update at 2L (twice the tokens), in a table of its own, and
-    its control at L given the same tokens."""
+    the variant keeping L's sequences per update at 2L (twice the tokens) and its control at L given
+    the same tokens, side by side in the grid by tokens per update."""
     out, checkpoints = tmp_path / "out", tmp_path / "checkpoints"
     printed = run(["examples/wikitext2/trade.sh", "--data", wt2_slice, "--train-length", "16", "--updates", "4",
                    "--seeds", "1", "--out", out, "--checkpoints", checkpoints, "--parallel", "2",
@@ -273,7 +273,8 @@ def test_trade_preset_toy_run(wt2_slice, tmp_path):
 
 def test_trade_table_of_several_seeds(tmp_path):
     """trade_table.report: each side's mean ± sample std over its seeds, the ratios of the means,
-    the training cost averaged over the runs (resources.jsonl beside each checkpoint)."""
+    the training cost averaged over the runs (resources.jsonl beside each checkpoint); models of
+    other batches in the grid by tokens per update."""
     import runpy
 
     report = runpy.run_path(os.path.join(REPO, "examples", "wikitext2", "trade_table.py"))["report"]
