@@ -139,7 +139,7 @@ def batch_grid(own_length):
             cells.append(f"{spread(at[batch, length])}; {batch // length} seq, "
                          + (f"{seconds(cost)} s" if cost else "s not measured"))
         lines.append(f"| {batch} | " + " | ".join(cells) + " |")
-    left_out = {r["checkpoint"] for r in own_length} - {r["checkpoint"] for r in known}
+    left_out = [checkpoint for checkpoint, batch in tokens.items() if not batch]
     if left_out:
         lines += ["", f"({len(left_out)} of these runs left out: no train_flags.json beside the checkpoint)"]
     return lines
