@@ -18,11 +18,13 @@ control at L (trained with --update-freq) fill the rows below the recipe's.
 import argparse
 import json
 import os
+import runpy
 import sys
 
 RESUMED_IF_LONGER = 60  # seconds: calls beyond the longest that trained too
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from results import cell, mean_std, per_run, read_json_lines, written_whole  # noqa: E402  (eval.sh's rows; one line for a bad one)
+RUN_FLAGS = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fairseq_alibi", "recipes.py"))["RUN_FLAGS"]
 
 
 def training_cost(checkpoint):
@@ -106,8 +108,8 @@ def report(rows, out):
 
 
 def tokens_per_update(checkpoint):
-    """--max-tokens x --update-freq of the training (train_flags.json beside its checkpoint), None if unknown."""
-    path = os.path.join(os.path.dirname(checkpoint), "train_flags.json")
+    """--max-tokens x --update-freq of the training (RUN_FLAGS beside its checkpoint), None if unknown."""
+    path = os.path.join(os.path.dirname(checkpoint), RUN_FLAGS)
     if not os.path.exists(path):
         return None
     with open(path) as f:
@@ -141,7 +143,7 @@ def batch_grid(own_length):
         lines.append(f"| {batch} | " + " | ".join(cells) + " |")
     left_out = [checkpoint for checkpoint, batch in tokens.items() if not batch]
     if left_out:
-        lines += ["", f"({len(left_out)} of these runs left out: no train_flags.json beside the checkpoint)"]
+        lines += ["", f"({len(left_out)} of these runs left out: no {RUN_FLAGS} beside the checkpoint)"]
     return lines
 
 
