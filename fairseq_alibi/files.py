@@ -5,6 +5,7 @@ path (runpy) without starting the package.
 import contextlib
 import json
 import os
+import uuid
 
 
 @contextlib.contextmanager
@@ -13,7 +14,7 @@ def written_whole(target):
     target. If the block fails (an error, a full disk, Ctrl-C) it is removed instead: target keeps
     its previous content (or stays absent) and no partial file is left behind. A disk that refuses
     (full, read-only) ends the program with one line saying so."""
-    partial = f"{target}.part"
+    partial = f"{target}.{uuid.uuid4().hex[:12]}.part"  # its own: writers racing for one target (ranks of one training) each install a whole file
     try:
         yield partial
         os.replace(partial, target)

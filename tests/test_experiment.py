@@ -350,7 +350,7 @@ def test_dictionaries_are_compared_by_their_words_not_their_size(tmp_path):
     assert "another dictionary" in dictionaries["check"](checkpoint, str(other))
     assert dictionaries["check"](checkpoint, str(same)) is None
     assert "holds a run on another dictionary" in dictionaries["keep"](str(other), str(save))
-    assert (save / "dict.txt").read_text() == "the 9\nof 5\nand 3\n" and not (save / "dict.txt.part").exists()
+    assert (save / "dict.txt").read_text() == "the 9\nof 5\nand 3\n" and not list(save.glob("dict.txt*.part"))
 
 
 SCRIPTS = ["scripts/eval.sh", "scripts/train.sh", "scripts/train_once.sh", "scripts/setup.sh",
@@ -482,6 +482,20 @@ def test_a_write_that_fails_leaves_the_previous_file_and_no_partial_one(tmp_path
     with written_whole(target) as partial, open(partial, "w") as f:
         f.write("the new table\n")
     assert target.read_text() == "the new table\n" and os.listdir(tmp_path) == ["table.md"]
+
+
+def test_two_writers_of_one_file_at_once_each_install_it_whole(tmp_path):
+    """The ranks of one training each keep the data's dictionary in SAVE_DIR at the same moment
+    (scripts/train.sh): interleaved writes of one target both succeed, and it ends whole."""
+    written_whole = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))["written_whole"]
+    target = tmp_path / "dict.txt"
+    with written_whole(target) as first, open(first, "w") as f:
+        f.write("the 9\n")
+        with written_whole(target) as second, open(second, "w") as g:
+            g.write("the 9\nof 5\n")
+        assert target.read_text() == "the 9\nof 5\n"
+        f.write("of 5\n")
+    assert target.read_text() == "the 9\nof 5\n" and os.listdir(tmp_path) == ["dict.txt"]
 
 
 def test_a_converted_checkpoint_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
