@@ -2,6 +2,7 @@
 import json
 import socket
 import subprocess
+import time
 
 import pytest
 import torch
@@ -80,15 +81,23 @@ def test_two_processes_equal_one_with_update_freq_2(wt2_slice, tmp_path):
     run(["scripts/train.sh", "alibi", "32", wt2_slice, one, "small", "--", *common, "--update-freq", "2"])
     two = tmp_path / "two"
     init = f"tcp://127.0.0.1:{free_port()}"
+    logs = [tmp_path / f"rank{rank}.log" for rank in (0, 1)]
     procs = [
         subprocess.Popen(["scripts/train.sh", "alibi", "32", wt2_slice, two, "small", "--", *common,
                           "--distributed-world-size", "2", "--distributed-rank", str(rank),
                           "--distributed-init-method", init, "--distributed-backend", "gloo",
                           "--distributed-no-spawn"],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for rank in (0, 1)
+                         cwd=REPO, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        for rank, log in zip((0, 1), logs)
     ]
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs) and not any(p.poll() for p in procs):
+        time.sleep(1)
+    for p in procs:  # a rank that failed leaves the other waiting for it at init: end it, and say why
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    outputs = [log.read_text() for log in logs]
     assert all(p.returncode == 0 for p in procs), outputs[0][-3000:] + outputs[1][-3000:]
     assert "distributed init (rank 1)" in "".join(outputs)
     a = torch.load(one / "checkpoint_last.pt", map_location="cpu", weights_only=False)
