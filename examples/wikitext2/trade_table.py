@@ -22,9 +22,10 @@ import runpy
 import sys
 
 RESUMED_IF_LONGER = 60  # seconds: calls beyond the longest that trained too
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
 from results import cell, mean_std, per_run, read_json_lines, written_whole  # noqa: E402  (eval.sh's rows; one line for a bad one)
-RUN_FLAGS = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fairseq_alibi", "recipes.py"))["RUN_FLAGS"]
+RUN_FLAGS = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "recipes.py"))["RUN_FLAGS"]
 
 
 def training_cost(checkpoint):
