@@ -38,7 +38,7 @@ def previous_package(ref, directory):
     beside today's. fairseq's registries refuse a second registration of a name, so while the
     previous package is imported its register_* decorators are no-ops: today's models keep every
     name, and the previous class is built directly."""
-    import fairseq_alibi  # noqa: F401  (today's, registered first)
+    import fairseq_alibi.plugin  # noqa: F401  (today's, registered first)
     from fairseq import criterions, models
 
     archive = subprocess.run(["git", "archive", ref, "fairseq_alibi"], cwd=REPO, capture_output=True, check=True)

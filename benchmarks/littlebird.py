@@ -40,7 +40,7 @@ def child(name, length, mode, repeats):
     """One measurement, printed as a JSON line."""
     import torch
 
-    import fairseq_alibi  # noqa: F401
+    import fairseq_alibi.plugin  # noqa: F401
     from fairseq_alibi.build import build_model
 
     arch, flags = ENCODERS[name]

@@ -140,8 +140,14 @@ class RelativeSelfAttention(MultiheadAttention):
     fairseq's decoder layer hands self_attn_mask to self-attention untouched, so the decoder
     passes the AttentionBias through it; the encoder layer (RelativeEncoderLayer) takes it by
     name. Same parameters (q/k/v/out_proj) and incremental cache layout as fairseq's
-    MultiheadAttention, so checkpoints and beam reordering are unchanged.
+    MultiheadAttention, so checkpoints and beam reordering are unchanged. A method whose bias
+    depends on the data gives each layer a layer_bias (positions.LayerBias; the decoder sets it),
+    whose cached state rides in the same incremental buffer (batch-first, so beams reorder it).
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.layer_bias = None
 
     def forward(
         self,
@@ -156,7 +162,7 @@ class RelativeSelfAttention(MultiheadAttention):
         before_softmax: bool = False,
         need_head_weights: bool = False,
     ):
-        # key_padding_mask is unused: attention_bias folds padding into attn_mask.mask.
+        # key_padding_mask: attention_bias folds padding into attn_mask.mask; a layer bias reads it.
         bias = attn_mask if attn_mask is not None else AttentionBias()
         tgt_len, bsz, embed_dim = query.size()
         # T x B x C -> B x heads x T x head_dim, for each projection
@@ -164,21 +170,32 @@ class RelativeSelfAttention(MultiheadAttention):
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
         if bias.rotary is not None:  # keys are cached rotated, at their own positions
             q, k = apply_rotary(q, *bias.rotary), apply_rotary(k, *bias.rotary)
-        if incremental_state is not None:
-            saved_state = self._get_input_buffer(incremental_state)
+        saved_state = self._get_input_buffer(incremental_state) if incremental_state is not None else None
+        if saved_state is not None:
             if "prev_key" in saved_state:
                 k = torch.cat([saved_state["prev_key"], k], dim=2)
                 v = torch.cat([saved_state["prev_value"], v], dim=2)
             saved_state["prev_key"] = k
             saved_state["prev_value"] = v
             saved_state["prev_key_padding_mask"] = None
+        mask = bias.mask
+        if self.layer_bias is not None:  # a data-dependent bias: this layer's, over all keys (positions.LayerBias)
+            extra, kept = self.layer_bias(query, q, k, key_padding_mask,
+                                          saved_state.get("layer_bias") if saved_state is not None else None)
+            if saved_state is not None:
+                saved_state["layer_bias"] = kept
+            if mask is None:
+                mask = (causal_mask(tgt_len, k.size(2), torch.float32, q.device) if bias.causal
+                        else q.new_zeros(1, 1, tgt_len, k.size(2), dtype=torch.float32))
+            mask = (mask.float() + extra).to(q.dtype)
+        if saved_state is not None:
             self._set_input_buffer(incremental_state, saved_state)
         dropout = self.dropout_module.p if self.training else 0.0
         if bias.kernel is not None:
             out = bias.kernel.attend(q, k, v, dropout)
         else:
-            is_causal = bias.causal and bias.mask is None and tgt_len > 1  # then tgt_len == src_len
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.mask, dropout_p=dropout, is_causal=is_causal)
+            is_causal = bias.causal and mask is None and tgt_len > 1  # then tgt_len == src_len
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
         out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
         return self.out_proj(out), None
 

@@ -9,6 +9,8 @@ def build_model(arch, vocab_size, flags=(), task="language_modeling"):
     from fairseq.data import Dictionary
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+    from . import plugin  # noqa: F401  (the plugin's architectures)
+
     dictionary = Dictionary()
     for i in range(vocab_size):
         dictionary.add_symbol(f"w{i}")
@@ -28,6 +30,8 @@ def load_checkpoint(path, data, kind=None):
 
     import torch
     from fairseq import checkpoint_utils
+
+    from . import plugin  # noqa: F401  (the plugin's models)
 
     from .dictionaries import check
     from .recipes import wrong_kind

@@ -20,7 +20,10 @@ def _run(module):
     import importlib
 
     sys.argv = with_plugin(sys.argv)
-    importlib.import_module(f"fairseq_cli.{module}").cli_main()
+    tool = importlib.import_module(f"fairseq_cli.{module}")
+    # fairseq skips a --user-dir whose package is imported already (this one is: cli.py is in it).
+    from . import plugin  # noqa: F401
+    tool.cli_main()
 
 
 def inference_only_flag(argv):

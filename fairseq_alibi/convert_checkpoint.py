@@ -24,16 +24,21 @@ import os
 
 import torch
 
-from .alibi_lm import AlibiTransformerLanguageModelConfig
+from fairseq.models.transformer_lm import TransformerLanguageModelConfig
+
 from . import dictionaries
 from .base import ConfigError
+from .decoder import fairseq_config
 from .files import written_whole
+from .positions import METHODS
 from .recipes import checkpoint_kind, with_article
 
 logger = logging.getLogger(__name__)
 
 POSITION_PREFIX = "decoder.embed_positions."  # learned: .weight; sinusoidal: ._float_tensor
-ALIBI_FIELDS = [f for f in dataclasses.fields(AlibiTransformerLanguageModelConfig) if f.name.startswith("alibi_")]
+# The ALiBi model's options beyond the stock transformer LM's (its method's, the kernel's, documents').
+ALIBI_FIELDS = [f for f in dataclasses.fields(fairseq_config(METHODS["alibi"]))
+                if f.name not in {g.name for g in dataclasses.fields(TransformerLanguageModelConfig)}]
 # Top-level key of the converted checkpoint saying where it came from (fairseq ignores it).
 PROVENANCE = "fairseq_alibi_conversion"
 

@@ -5,23 +5,29 @@ by factory.causal_positions) and, before the layer loop, builds from the current
 AttentionBias for every layer (attention.attention_bias): the method's bias with the causal mask
 folded in, the rotation of queries and keys, or a kernel that adds the bias itself. So any batch
 size and evaluation length work, and incremental decoding gets each new query's row. Each method
-is registered as `<method>_transformer_lm` with its own options (register_position_lm).
+is registered as `<method>_transformer_lm` with its own options (register_position_lm), for
+every method of the registry (positions/).
 """
-from dataclasses import field, make_dataclass
+import dataclasses
+from dataclasses import field
 from typing import Dict, List, Optional
 
 from torch import Tensor, nn
 
 from fairseq import options
+from fairseq.dataclass import ChoiceEnum
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder
-from fairseq.models.transformer_lm import TransformerLanguageModel, base_lm_architecture, transformer_lm_baevski_wiki103
+from fairseq.models.transformer_lm import (TransformerLanguageModel, TransformerLanguageModelConfig, base_lm_architecture,
+                                         transformer_lm_baevski_wiki103)
 from fairseq.modules import AdaptiveInput
 
 from .attention import RelativeDecoderLayer, SquareMaskCache, attention_bias, is_right_padding, wrap_layer
 from .base import UNBOUNDED_POSITIONS, ConfigError, check_heads
 from .documents import find_documents
 from .factory import causal_positions, document_separator
+from .kernels import KERNEL_NAMES
+from .positions import METHODS
 
 
 def check_decoder_args(args, method: str):
@@ -52,6 +58,8 @@ class PositionDecoder(TransformerDecoder):
         self.add_module(positions.name, positions)
         self.attention_kernel = kernel
         self.attention_dropout = getattr(args, "attention_dropout", 0.0)
+        for layer in self.layers:  # a data-dependent method's own module in each layer
+            layer.self_attn.layer_bias = positions.layer_bias()
         self.mask_cache = SquareMaskCache()
 
     @property
@@ -199,21 +207,45 @@ DOCUMENT_SEPARATOR_HELP = (
     "scripts/prepare-wikitext.sh --documents writes between articles); no query attends to "
     "another document and positions count from each document's start; at evaluation set or "
     "drop it with --model-overrides \"{'document_separator': None}\"")
+ATTENTION_KERNEL_HELP = (
+    "attention kernel (kernels.py): sdpa (PyTorch, dense mask), flash (FlashAttention-2 >= 2.4, GPU, "
+    "fp16/bf16, ALiBi or no bias), flex (FlexAttention, ALiBi or no bias), blocked (CPU, no T x S mask; "
+    "ALiBi, T5 bias at evaluation, any bias with packed documents), auto (flash where it can run, else "
+    "blocked on CPU for inputs longer than 512 tokens, else sdpa); at evaluation set it with --model-overrides")
 
 
-def register_position_lm(method: str, method_name: str, config):
+def fairseq_config(method_class):
+    """fairseq's transformer LM options, the method's own (its Config's fields, their defaults, help
+    and choices), --document-separator and --attention-kernel (and ALiBi's older --alibi-attention)."""
+    fields = []
+    for option in dataclasses.fields(method_class.Config):
+        kind = ChoiceEnum(list(option.metadata["choices"])) if "choices" in option.metadata else option.type
+        fields.append((option.name, kind, field(default=option.default, metadata={"help": option.metadata["help"]})))
+    fields.append(("document_separator", Optional[str], field(default=None, metadata={"help": DOCUMENT_SEPARATOR_HELP})))
+    fields.append(("attention_kernel", ChoiceEnum(list(KERNEL_NAMES)), field(
+        default="auto", metadata={"help": ATTENTION_KERNEL_HELP})))
+    if method_class.method == "alibi":  # the option's name before --attention-kernel; still read (factory.py)
+        fields.append(("alibi_attention", ChoiceEnum(list(KERNEL_NAMES)), field(
+            default="auto", metadata={"help": "the older name of --attention-kernel (used where that is auto)"})))
+    name = method_class.method.title().replace("_", "")
+    return dataclasses.make_dataclass(f"{name}TransformerLanguageModelConfig", fields,
+                                      bases=(TransformerLanguageModelConfig,))
+
+
+def register_position_lm(method_class):
     """`--arch <method>_transformer_lm` (the config's defaults: stock transformer_lm dimensions,
-    6 x 512, post-norm), `_small` and `_wiki103`, with the options of `config` (a dataclass) and
-    the one every causal LM has, --document-separator."""
-    config = make_dataclass(config.__name__, [("document_separator", Optional[str], field(
-        default=None, metadata={"help": DOCUMENT_SEPARATOR_HELP}))], bases=(config,))
-    model_name = f"{method}_transformer_lm"
-    cls = type(f"{method.title().replace('_', '')}TransformerLanguageModel", (PositionLanguageModel,),
-               {"position_method": method, "method_name": method_name, "__module__": __name__})
-    register_model(model_name, dataclass=config)(cls)
+    6 x 512, post-norm), `_small` and `_wiki103`, with the options of fairseq_config."""
+    model_name = f"{method_class.method}_transformer_lm"
+    cls = type(f"{method_class.method.title().replace('_', '')}TransformerLanguageModel", (PositionLanguageModel,),
+               {"position_method": method_class.method, "method_name": method_class.label, "__module__": __name__})
+    register_model(model_name, dataclass=fairseq_config(method_class))(cls)
     register_model_architecture(model_name, f"{model_name}_small")(small_architecture)
     register_model_architecture(model_name, f"{model_name}_wiki103")(wiki103_architecture)
     return cls
+
+
+# Every registered method's models: name -> model class.
+POSITION_LMS = {method: register_position_lm(method_class) for method, method_class in METHODS.items()}
 
 
 # Stock fairseq flags giving the small architecture's dimensions with sinusoidal positions.

@@ -67,6 +67,10 @@ def flash_available(x: Tensor) -> Optional[str]:
 def takes_bias(kernel: str, positions) -> Optional[str]:
     """None if `kernel` can ever add this method's bias, else why not (checked at build for a
     kernel asked for by name)."""
+    if positions.kernels is not None and kernel not in (*positions.kernels, "auto"):
+        return f"{positions.label or 'this method'} takes {' or '.join(positions.kernels)} only (its bias depends on the data)"
+    if kernel == "sdpa":
+        return None
     linear = positions.linear_slopes is not None
     if kernel in ("flash", "flex") and positions.has_bias and not linear:
         return f"{kernel} adds ALiBi's per-head slopes or no bias, not this method's bias"
@@ -80,8 +84,9 @@ def takes_bias(kernel: str, positions) -> Optional[str]:
 def unusable(kernel: str, positions, x: Tensor, dropout: bool, documents: bool = False) -> Optional[str]:
     """None if `kernel` can run this input (x: the layer input, dropout: attention dropout in
     training, documents: packed documents to keep apart), else why not."""
-    # With documents the blocked kernel builds each block's bias from bias(), for any method.
-    why_not = takes_bias(kernel, positions) if not (documents and kernel == "blocked") else None
+    # With documents the blocked kernel builds each block's bias from bias(), for any method that has one.
+    data_only = positions.kernels is not None and kernel not in positions.kernels
+    why_not = takes_bias(kernel, positions) if data_only or not (documents and kernel == "blocked") else None
     if why_not is None and kernel == "flash":
         why_not = flash_available(x)
     if why_not is None and kernel == "blocked":
@@ -89,6 +94,9 @@ def unusable(kernel: str, positions, x: Tensor, dropout: bool, documents: bool =
             why_not = "it runs on CPU only"
         elif not documents and positions.linear_slopes is None and torch.is_grad_enabled():
             why_not = "its T5 path is for evaluation (the learned bias needs the mask's gradient)"
+    if why_not is None and kernel != "sdpa" and torch.is_grad_enabled() and not (documents and kernel == "blocked") \
+            and positions.linear_slopes is not None and positions.linear_slopes.requires_grad:
+        why_not = "it gives learned slopes no gradient (training)"
     if why_not is None and kernel in ("flex", "blocked") and dropout:
         why_not = "it has no attention dropout (training with attention dropout)"
     return why_not

@@ -1,13 +1,17 @@
-"""The causal position methods by name, their inference-only flags, and the encoder-decoder's
-dimensions: plain Python, no import, so that the shell scripts and the experiment runner read them
-cheaply (`runpy.run_path`) from the same definition as the factory (factory.CAUSAL builds each
-method) and encoder.py."""
+"""The causal position methods by name and their inference-only flags, read from the registry
+(positions/, no fairseq import), and the encoder-decoder's dimensions: for the shell scripts and
+the experiment runner."""
+import dataclasses
+
+from fairseq_alibi.positions import METHODS
+from fairseq_alibi.positions.base import flag
 
 # --arch <method>_transformer_lm[_small|_wiki103]; scripts/train.sh METHOD.
-CAUSAL_METHODS = ("alibi", "rotary", "t5_bias", "nope", "kerple", "sandwich", "fire")
+CAUSAL_METHODS = tuple(METHODS)
 # Options that change a trained model's scoring (scripts/eval.sh's SCALING): refused at training.
-INFERENCE_ONLY = {"alibi": ("--alibi-scaling", "--alibi-train-length"),
-                  "rotary": ("--rotary-scaling", "--rotary-train-length")}
+INFERENCE_ONLY = {method: tuple(flag(f.name) for f in dataclasses.fields(cls.Config) if f.metadata["inference_only"])
+                  for method, cls in METHODS.items()}
+INFERENCE_ONLY = {method: flags for method, flags in INFERENCE_ONLY.items() if flags}
 
 # alibi_transformer_small's dimensions (encoder.py), and the stock fairseq flags that give them
 # with sinusoidal positions: the encoder-decoder twin of the synthetic experiment.

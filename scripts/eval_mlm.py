@@ -70,7 +70,7 @@ def main():
     import torch.nn.functional as F
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import fairseq_alibi  # noqa: F401  (registers the models)
+    import fairseq_alibi.plugin  # noqa: F401  (registers the models)
     from fairseq.data import data_utils
     from fairseq_alibi.build import load_checkpoint
 

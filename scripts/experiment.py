@@ -104,7 +104,9 @@ EXPERIMENTS = {
          Model("Sandwich", "sandwich"),
          # FIRE's interpolation threshold starts at the training length (the module's default, 512,
          # would leave it unused below 512 tokens).
-         Model("FIRE", "fire", ("--fire-init-threshold", "64")))),
+         Model("FIRE", "fire", ("--fire-init-threshold", "64")),
+         Model("ALiBi, learned slopes", "learned_alibi"),
+         Model("FoX (forget gate)", "fox"))),
     "trade": Experiment(
         "The paper's headline trade: ALiBi trained at L=64 and scored at 64, 128, 256 and 1024 against "
         "sinusoidal models trained at each of those lengths and scored at their own; each training's "

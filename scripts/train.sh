@@ -3,8 +3,8 @@
 #
 #   scripts/train.sh METHOD L DATA SAVE_DIR [PRESET] [-- extra fairseq-train flags]
 #
-# METHOD: alibi | rotary | t5_bias | nope | kerple | sandwich | fire (fairseq_alibi/methods.py:
-# --arch METHOD_transformer_lm_PRESET) | sinusoidal.  PRESET: wiki103 (default; the paper's
+# METHOD: a position method of fairseq_alibi/positions/ (alibi, rotary, t5_bias, nope, kerple,
+# sandwich, fire, learned_alibi, fox, ...: --arch METHOD_transformer_lm_PRESET) | sinusoidal.  PRESET: wiki103 (default; the paper's
 # recipe) | small (CPU scale). Method options go after --, e.g. -- --kerple-variant power.
 # TensorBoard logs go to SAVE_DIR/tensorboard (view: tensorboard --logdir SAVE_DIR/tensorboard).
 # Rerunning the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's own resume); a
@@ -17,8 +17,8 @@
 # under SLURM's srun or torchrun, which set SLURM_NTASKS / WORLD_SIZE.
 set -euo pipefail
 
-# The methods and their inference-only flags: one definition, fairseq_alibi/methods.py (read
-# without importing the package, which would load fairseq).
+# The methods and their inference-only flags: one definition, the registry (fairseq_alibi/methods.py
+# reads it; torch, no fairseq).
 { read -r -a methods; read -r -a inference_only; } < <(python3 -c '
 import runpy, sys
 names = runpy.run_path(sys.argv[1])

@@ -1,6 +1,7 @@
 """The position methods written out naively, one head and one query at a time: an independent
 reference for the models (the paper's equations, RoFormer's rotation, T5's buckets, KERPLE's
-kernels, Sandwich's cosine sum, FIRE's MLP of the normalised log distance)."""
+kernels, Sandwich's cosine sum, FIRE's MLP of the normalised log distance, learned slopes, FoX's
+sums of log forget gates)."""
 import functools
 import math
 
@@ -43,8 +44,11 @@ def naive_mlp(mlp, value):
 def naive_bias(positions, heads, head_dim):
     """bias(h, i, j) of a causal position method (keys j <= i), from its formula and parameters."""
     kind = type(positions).__name__
-    if kind in ("Rotary", "NoPositions"):
+    if kind in ("Rotary", "NoPositions", "ForgetGates"):  # FoX's bias is each layer's (naive_layer_bias)
         return lambda h, i, j: 0.0
+    if kind == "LearnedAlibi":
+        slopes = [math.exp(s) for s in positions.log_slopes.tolist()]
+        return lambda h, i, j: -slopes[h] * (i - j)
     if kind == "T5Bias":
         table = positions.weight
         return lambda h, i, j: float(table[naive_t5_bucket(i - j, positions.num_buckets, positions.max_distance), h])
@@ -68,6 +72,23 @@ def naive_bias(positions, heads, head_dim):
     assert kind == "Alibi" and positions.scaling in ("none", "linear", "ntk")
     slopes = positions.slopes.tolist() if positions.scaling != "none" else alibi_slopes(heads)
     return lambda h, i, j: -slopes[h] * (i - j)
+
+
+def naive_layer_bias(attn, x):
+    """A layer's data-dependent bias for its input x (T, C), or None: FoX's forget gates, the
+    sum over t = j+1..i of log sigmoid(w_h . x_t + b_h), one term at a time."""
+    gate = attn.layer_bias
+    if gate is None:
+        return None
+    weight, bias = gate.proj.weight.tolist(), gate.proj.bias.tolist()
+    rows = x.tolist()
+
+    @functools.lru_cache(maxsize=None)
+    def log_f(h, t):
+        z = sum(w * v for w, v in zip(weight[h], rows[t])) + bias[h]
+        return -math.log1p(math.exp(-z)) if z >= 0 else z - math.log1p(math.exp(z))
+
+    return lambda h, i, j: sum(log_f(h, t) for t in range(j + 1, i + 1))
 
 
 def position_terms(model):
@@ -119,7 +140,9 @@ def naive_model(model, tokens, features_only=False):
         for layer in dec.layers:
             pre = layer.normalize_before
             h = layer.self_attn_layer_norm(x) if pre else x
-            x = x + naive_attention(layer.self_attn, h, bias, rotate)
+            data_bias = naive_layer_bias(layer.self_attn, h)
+            layer_bias = bias if data_bias is None else (lambda hd, i, j, b=data_bias: bias(hd, i, j) + b(hd, i, j))
+            x = x + naive_attention(layer.self_attn, h, layer_bias, rotate)
             x = x if pre else layer.self_attn_layer_norm(x)
             h = layer.final_layer_norm(x) if pre else x
             x = x + layer.fc2(F.relu(layer.fc1(h)))

@@ -95,7 +95,7 @@ def masked_perplexity_by_hand(checkpoint, data, length):
     import torch
     import torch.nn.functional as F
 
-    import fairseq_alibi  # noqa: F401
+    import fairseq_alibi.plugin  # noqa: F401
     from fairseq import checkpoint_utils
     from fairseq.data import data_utils
 

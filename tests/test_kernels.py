@@ -240,3 +240,46 @@ def test_blocked_kernel_trains_with_attention_dropout_through_sdpa():
         bias.attend(*torch.randn(3, 1, 4, 8, 8), dropout_p=0.1)
 
 
+
+
+def learned_twins(method, kernel):
+    """A `method` model under sdpa and the same weights under `kernel` (--attention-kernel)."""
+    models = []
+    for name in ("sdpa", kernel):
+        torch.manual_seed(0)
+        models.append(build_model(f"{method}_transformer_lm", extra=[*TINY, "--attention-kernel", name])[0])
+    with torch.no_grad():
+        for m in models:
+            for p in m.decoder.positions.parameters():
+                p.mul_(1.5)
+    return models
+
+
+def test_learned_slopes_train_on_sdpa_and_evaluate_on_the_blocked_kernel():
+    """A kernel that computes -m (i - j) itself gives learned slopes no gradient: in training the
+    model takes sdpa (whose slopes get theirs), at evaluation the blocked kernel with sdpa's logits."""
+    reference, blocked = learned_twins("learned_alibi", "blocked")
+    x = torch.zeros(1, 1)
+    assert chosen(blocked, x, BLOCKED_ABOVE + 1) == "sdpa"  # gradients on: training
+    tokens = random_tokens(54, 2, BLOCKED_ABOVE + 40)  # the tiny models: 50 words and 4 specials
+    blocked.train()
+    blocked(tokens)[0].float().pow(2).mean().backward()
+    assert blocked.decoder.positions.log_slopes.grad.abs().sum() > 0
+    blocked.eval()
+    with torch.no_grad():
+        assert chosen(blocked, x, BLOCKED_ABOVE + 1) == "blocked"
+    assert_same_logits(blocked, reference, tokens[:, :BLOCKED_ABOVE + 20])
+
+
+@pytest.mark.parametrize("documents", [False, True])
+def test_a_data_dependent_bias_is_never_left_to_a_kernel_that_would_drop_it(documents):
+    """FoX's bias comes from each layer's input: auto keeps it on sdpa on long inputs (where ALiBi
+    would take the blocked kernel), with documents too, and flash is never picked."""
+    model, _ = build_model("fox_transformer_lm", extra=TINY)
+    x = torch.zeros(1, 1)
+    with torch.no_grad():
+        for length in (16, BLOCKED_ABOVE + 1):
+            assert choose_kernel("auto", model.decoder.positions, x, length, False, False, documents) == "sdpa"
+    for kernel in ("blocked", "flash", "flex"):
+        with pytest.raises(ConfigError, match=f"--attention-kernel {kernel}: FoX .* takes sdpa only"):
+            build_model("fox_transformer_lm", extra=[*TINY, "--attention-kernel", kernel])

@@ -48,7 +48,7 @@ def test_eval_script_writes_json_lines_and_results_tables(toy_checkpoint, wt2_sl
 
 def evaluate(checkpoint, data, l_valid, context_window, batch_size):
     """fairseq-eval-lm's own steps (fairseq_cli.eval_lm.main), returning the exact mean loss."""
-    import fairseq_alibi  # noqa: F401  (registers the model, as --user-dir does)
+    import fairseq_alibi.plugin  # noqa: F401  (registers the model, as --user-dir does)
     from fairseq import checkpoint_utils, tasks
     from fairseq_cli.eval_lm import eval_lm
 
@@ -71,9 +71,10 @@ def test_eval_loss_does_not_depend_on_batch_size(toy_checkpoint, wt2_slice, l_va
 
 
 def test_hub_interface_samples_and_scores(toy_checkpoint, wt2_slice):
-    from fairseq_alibi.alibi_lm import AlibiTransformerLanguageModel
+    import fairseq_alibi.plugin  # noqa: F401
+    from fairseq_alibi.decoder import POSITION_LMS
 
-    hub = AlibiTransformerLanguageModel.from_pretrained(
+    hub = POSITION_LMS["alibi"].from_pretrained(
         os.path.dirname(toy_checkpoint), os.path.basename(toy_checkpoint), data_name_or_path=wt2_slice
     )
     torch.manual_seed(0)

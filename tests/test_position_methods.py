@@ -26,6 +26,8 @@ METHODS = {
     "kerple_power": ["--kerple-variant", "power"],
     "sandwich": [],
     "fire": ["--fire-init-threshold", "8"],
+    "learned_alibi": [],
+    "fox": [],
 }
 # 6 heads of dimension 4: a head count that is not a power of 2.
 SIX_HEADS = ["--decoder-embed-dim", "24", "--decoder-input-dim", "24", "--decoder-output-dim", "24",
@@ -52,6 +54,10 @@ def perturb(m):
     with torch.no_grad():
         for name, p in positions.named_parameters():
             p.mul_(1 + 0.3 * torch.rand_like(p))
+        # Data-dependent biases (FoX's gates start near-constant, f = 1/2): made to vary with the data.
+        for layer in getattr(getattr(m, "decoder", None), "layers", ()):
+            for p in (layer.self_attn.layer_bias.parameters() if layer.self_attn.layer_bias is not None else ()):
+                p.add_(torch.randn_like(p) * 0.5)
     return m
 
 
@@ -73,7 +79,7 @@ def test_bias_is_the_formula_written_out(method, heads, head_dim):
         bias = positions.bias(torch.arange(T), torch.arange(T))
     naive = naive_bias(positions, heads, head_dim)  # after: KERPLE clamps its parameters before use
     if bias is None:
-        assert method in ("rotary", "nope") and not positions.has_bias
+        assert method in ("rotary", "nope", "fox") and not positions.has_bias
         return
     assert bias.shape == (heads, T, T) and bias.dtype == torch.float32
     expected = torch.tensor([[[naive(h, i, j) for j in range(T)] for i in range(T)] for h in range(heads)])
@@ -123,12 +129,14 @@ def test_incremental_decoding_equals_the_full_forward_past_the_training_length(v
     assert_same_logits(m, m, random_tokens(len(d), 3, 24), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("method", ["kerple_log", "kerple_power", "fire"])
+@pytest.mark.parametrize("method", ["kerple_log", "kerple_power", "fire", "learned_alibi", "fox", "t5_bias"])
 def test_gradients_reach_the_learned_position_parameters(method):
     m, d = model(method)
     m.train()
     m(random_tokens(len(d), 2, 24))[0].float().pow(2).mean().backward()
     named = dict(m.decoder.positions.named_parameters())
+    named.update({f"layer {n}: {name}": p for n, layer in enumerate(m.decoder.layers)
+                  if layer.self_attn.layer_bias is not None for name, p in layer.self_attn.layer_bias.named_parameters()})
     assert named
     for name, p in named.items():
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
@@ -261,15 +269,22 @@ def test_scaled_rotary_changes_nothing_at_factor_one_and_the_long_inputs_otherwi
     ("rotary", dict(rotary_scaling="yarn", rotary_scaling_factor=-2.0, rotary_train_length=64), "at least 1"),
     ("rotary", dict(rotary_scaling="linear", rotary_scaling_factor=0.5), "at least 1"),
     ("rotary", dict(rotary_scaling="yarn", rotary_scaling_factor=4.0), "needs rotary_train_length"),
-    ("rotary", dict(rotary_scaling="cubic"), "unknown rotary scaling"),
+    ("rotary", dict(rotary_scaling="cubic"), "unknown --rotary-scaling 'cubic'"),
+    ("rotary", dict(rotary_base=0.0), "finite number above 1"),
+    ("rotary", dict(rotary_base=-1.0), "finite number above 1"),
+    ("rotary", dict(rotary_base=float("inf")), "--rotary-base must be a finite number"),
     ("rotary", dict(decoder_embed_dim=36, decoder_attention_heads=4), "must be even"),
     ("alibi", dict(alibi_scaling="linear", alibi_scaling_factor=-4.0), "must be positive"),
     ("alibi", dict(alibi_scaling="ntk", alibi_scaling_factor=0.5), "at least 1"),
     ("alibi", dict(alibi_train_length=-5), "positive integer"),
     ("alibi", dict(alibi_attention="flsh"), "unknown --alibi-attention"),
-    ("kerple", dict(kerple_variant="cubic"), "unknown KERPLE variant"),
+    ("kerple", dict(kerple_variant="cubic"), "unknown --kerple-variant 'cubic': use one of log, power"),
     ("sandwich", dict(decoder_embed_dim=36, decoder_attention_heads=4), "must be even"),
     ("fire", dict(fire_init_c=0.0), "must start positive"),
+    ("fire", dict(fire_init_threshold=float("inf")), "--fire-init-threshold must be a finite number"),
+    ("fire", dict(fire_init_c=float("nan")), "--fire-init-c must be a finite number"),
+    ("fox", dict(attention_kernel="blocked"), "takes sdpa only"),
+    ("fox", dict(attention_kernel="flash"), "takes sdpa only"),
     ("t5_bias", dict(t5_num_buckets=1), "--t5-num-buckets"),
 ])
 def test_bad_options_are_refused_in_one_line_at_build(method, fields, message):

@@ -47,7 +47,7 @@ def main():
     # fairseq's batch iterator asks for pinned memory, which torch warns a CPU cannot give: noise here.
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
 
-    import fairseq_alibi  # noqa: F401  (registers the models)
+    import fairseq_alibi.plugin  # noqa: F401  (registers the models)
     from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint
     from fairseq_alibi.recipes import checkpoint_summary

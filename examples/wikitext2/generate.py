@@ -13,7 +13,7 @@ import os
 
 import torch
 
-import fairseq_alibi  # noqa: F401  (registers the plugin's models, as --user-dir does)
+import fairseq_alibi.plugin  # noqa: F401  (registers the plugin's models, as --user-dir does)
 from fairseq.data import data_utils
 from fairseq.models.transformer_lm import TransformerLanguageModel
 

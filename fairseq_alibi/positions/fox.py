@@ -1,0 +1,68 @@
+"""The Forgetting Transformer's forget gate (FoX; Lin et al., ICLR 2025, arXiv:2503.02130), i.e.
+data-dependent ALiBi: in each layer and head h, a gate f_t = sigmoid(w_h . x_t + b_h) from the
+layer's attention input x_t, and query i adds
+
+    D(i, j) = sum_{t = j+1..i} log f_t = c_i - c_j,    c the cumulative sum of log f,
+
+to its score of key j. ALiBi is the constant gate f = e^(-m_h); no other position information (FoX
+drops RoPE). The gate's projection starts as the official code's (zhixuan-lin/forgetting-transformer,
+fgate_type "full"): weight N(0, 0.02), bias 0, so f = 1/2 at first.
+
+The bias depends on each layer's input, so only the dense mask (sdpa) computes it (kernels = sdpa).
+c is kept in fp64: over long inputs it grows to thousands, where fp32 would round c_i - c_j near
+the diagonal. Padded keys forget nothing (log f = 0), so left padding changes no row's bias.
+Packed documents need nothing more: attention masks keys of other documents, and within one
+document c_i - c_j sums that document's gates only."""
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .base import LayerBias, MethodConfig, PositionMethod, register
+
+GATE_INIT_STD = 0.02
+
+
+@register("fox", "FoX (forget gate)")
+class ForgetGates(PositionMethod):
+    name = "forget_gates"  # no parameters of its own: each layer's gate is that layer's
+    has_bias = False
+    kernels = ("sdpa",)
+
+    @dataclasses.dataclass
+    class Config(MethodConfig):
+        def build(self, heads, head_dim, embed_dim):
+            return ForgetGates(heads, embed_dim)
+
+    def __init__(self, heads: int, embed_dim: int):
+        super().__init__()
+        self.heads, self.embed_dim = heads, embed_dim
+
+    def layer_bias(self):
+        return ForgetGate(self.embed_dim, self.heads)
+
+
+class ForgetGate(LayerBias):
+    """One layer's gates; its state in incremental decoding is c of every cached key (batch, heads, S)."""
+
+    def __init__(self, embed_dim: int, heads: int):
+        super().__init__()
+        self.proj = nn.Linear(embed_dim, heads)
+        nn.init.normal_(self.proj.weight, std=GATE_INIT_STD)
+        nn.init.zeros_(self.proj.bias)
+
+    def log_gates(self, x, padding):
+        """log f (batch, heads, T) in fp32 for x (T, batch, C); 0 at padded tokens."""
+        log_f = F.logsigmoid(self.proj(x).float()).permute(1, 2, 0)
+        if padding is not None:
+            log_f = log_f.masked_fill(padding[:, None, -x.size(0):], 0.0)
+        return log_f
+
+    def forward(self, x, q, k, padding, state):
+        query_len = x.size(0)
+        cumulative = self.log_gates(x, padding).double().cumsum(-1)
+        if state is not None:  # the cached keys' c, then the new tokens' from the last of them
+            cumulative = torch.cat([state, state[..., -1:] + cumulative], dim=-1)
+        bias = cumulative[..., -query_len:, None] - cumulative[..., None, :]  # c_i - c_j
+        return bias.float(), cumulative
