@@ -7,16 +7,17 @@
 Each measurement runs in a fresh subprocess, so that its peak memory (max RSS on CPU, max
 allocated on GPU) is its own. Modes, all the same dimensions and the same token batches:
   sinusoidal   stock fairseq transformer_lm (the baseline every ratio is against)
-  alibi        this plugin, --alibi-attention auto (on CPU: the dense mask heads x T x S,
+  alibi        this plugin, --attention-kernel auto (on CPU: the dense mask heads x T x S,
                broadcast over the batch, for training; the blocked kernel, no T x S mask, for
                evaluation longer than 256 tokens)
-  alibi_dense  this plugin with --alibi-attention sdpa: the dense mask everywhere
+  alibi_dense  this plugin with --attention-kernel sdpa: the dense mask everywhere
   fork         the fork's scheme, written here for comparison: key-index bias m*j materialized
                per sequence (batch*heads x T x S) in the activation dtype
   rotary, t5   the paper's other baselines from this plugin (T5 bias: dense mask in training,
                blocked kernel in long evaluation, as ALiBi)
-  nope, kerple, sandwich, fire
-               the methods added since (KERPLE: its log variant; dense mask everywhere but NoPE)
+  nope, kerple, sandwich, fire, learned_alibi, fox, ...
+               every other registered method (KERPLE: its log variant; dense mask everywhere but NoPE;
+               learned slopes: the dense mask in training, the blocked kernel in long evaluation)
 Training: forward + backward + Adam step on batches of TOKENS tokens at length L; its speed is
 also measured "paired": all modes in one process, steps interleaved, median step-time ratio
 (the most precise ratio on a noisy machine; peak memory needs the separate processes).
@@ -34,13 +35,17 @@ import time
 
 import torch
 
-MODES = ("sinusoidal", "alibi", "alibi_dense", "fork", "rotary", "t5", "nope", "kerple", "sandwich", "fire")
-PLUGIN_ARCHS = {"rotary": "rotary", "t5": "t5_bias", "nope": "nope", "kerple": "kerple", "sandwich": "sandwich",
-                "fire": "fire"}  # mode -> <method>_transformer_lm
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from provenance import emit, header  # noqa: E402
+
+from fairseq_alibi.positions import METHODS  # noqa: E402  (the registry: no fairseq import)
+
+# mode -> <method>_transformer_lm, for every registered method but ALiBi's own modes (T5 bias keeps its
+# mode name "t5", which the committed tables use).
+PLUGIN_ARCHS = {("t5" if method == "t5_bias" else method): method for method in METHODS if method != "alibi"}
+MODES = ("sinusoidal", "alibi", "alibi_dense", "fork", *PLUGIN_ARCHS)
 
 VOCABS = {"small": 33276, "wiki103": 267735}  # WikiText-2's and WikiText-103's dictionaries
 TOKENS = 4096  # tokens per training batch (--max-tokens of the CPU recipe)
@@ -58,7 +63,7 @@ def build(mode, arch, device, dtype, vocab=None):
     else:
         flags, name = [], f"alibi_transformer_lm_{arch}"
         if mode in ("alibi_dense", "fork"):
-            flags = ["--alibi-attention", "sdpa"]
+            flags = ["--attention-kernel", "sdpa"]
     torch.manual_seed(0)
     model, _ = build_model(name, vocab or VOCABS[arch], flags)
     if mode == "fork":

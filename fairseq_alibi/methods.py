@@ -12,6 +12,9 @@ CAUSAL_METHODS = tuple(METHODS)
 INFERENCE_ONLY = {method: tuple(flag(f.name) for f in dataclasses.fields(cls.Config) if f.metadata["inference_only"])
                   for method, cls in METHODS.items()}
 INFERENCE_ONLY = {method: flags for method, flags in INFERENCE_ONLY.items() if flags}
+# The inference-time scalings (scripts/eval.sh SCALING) of each method that has them: METHOD_scaling's choices.
+SCALINGS = {method: f.metadata["choices"] for method, cls in METHODS.items() for f in dataclasses.fields(cls.Config)
+            if f.name == f"{method}_scaling"}
 
 # alibi_transformer_small's dimensions (encoder.py), and the stock fairseq flags that give them
 # with sinusoidal positions: the encoder-decoder twin of the synthetic experiment.
