@@ -1,13 +1,13 @@
 """fairseq glue shared by every model of the plugin: how a position method reaches attention.
 
 One plain function, attention_bias, runs once per forward before the layer loop: it asks the
-model's position method (positions.py's interface) for its rotation and bias, lets the kernel
+model's position method (positions/'s interface) for its rotation and bias, lets the kernel
 registry (kernels.choose_kernel) pick who adds the bias, and otherwise builds the dense mask (the
 method's bias, the causal -inf, padded keys). Its result, an AttentionBias, goes to every layer's
 RelativeSelfAttention. A model holds its method; nothing here calls back into the model.
 """
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +19,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from .documents import Documents, document_bias
-from .kernels import BlockedBias, DocumentBlocks, InKernelBias, build_kernel, choose_kernel
+from .kernels import build_kernel, choose_kernel
 from .rotary import apply_rotary
 
 
@@ -34,8 +34,8 @@ class AttentionBias:
     # cos, sin (T, head_dim / 2) of the T new positions: rotates new queries and keys (rotary);
     # with documents (batch, 1, T, head_dim / 2), each row's positions in its documents.
     rotary: Optional[Tuple[Tensor, Tensor]] = None
-    # A kernel that adds the bias itself (InKernelBias, BlockedBias, DocumentBlocks); then mask is None.
-    kernel: Optional[Union[InKernelBias, BlockedBias, DocumentBlocks]] = None
+    # A kernel that adds the bias itself (what kernels.build_kernel prepared: .attend); then mask is None.
+    kernel: Optional[object] = None
     causal: bool = True
 
 
@@ -118,9 +118,9 @@ def attention_bias(positions, x: Tensor, query_len: int, key_len: int, padding_m
         rotary = positions.rotary(documents.positions[:, key_len - query_len:])  # (batch, T, head_dim / 2)
         rotary = None if rotary is None else tuple(r[:, None] for r in rotary)
     chosen = choose_kernel(kernel, positions, x, query_len, padding_mask is not None, dropout, documents is not None)
-    if chosen != "sdpa":
-        return AttentionBias(kernel=build_kernel(chosen, positions, x.dtype, documents, query_len),
-                             rotary=rotary, causal=causal)
+    prepared = build_kernel(chosen, positions, x.dtype, documents, query_len)
+    if prepared is not None:
+        return AttentionBias(kernel=prepared, rotary=rotary, causal=causal)
     if documents is not None:  # (batch, heads or 1, T, S): each row its own
         keys = torch.arange(key_len, device=x.device)
         mask = document_bias(positions, documents, keys[key_len - query_len:], keys, causal).to(x.dtype)

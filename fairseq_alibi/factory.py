@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 
 from .base import ConfigError, config_check
 from .bidirectional import EncoderAlibi
-from .kernels import KERNEL_NAMES, flash_installed, takes_bias
+from .kernels import KERNEL_NAMES, KERNELS, takes_bias
 from .positions import METHODS, PositionMethod, build_method
 
 
@@ -40,8 +40,9 @@ def check_kernel(kernel: str, positions: PositionMethod, flag: str):
         why_not = takes_bias(kernel, positions)
     if why_not:
         raise ConfigError(f"{flag} {kernel}: {why_not}; use auto or sdpa")
-    if kernel == "flash" and flash_installed():
-        raise ConfigError(f"{flag} flash: {flash_installed()}; or use auto")
+    not_installed = KERNELS[kernel].installed() if kernel != "auto" else None
+    if not_installed:
+        raise ConfigError(f"{flag} {kernel}: {not_installed}; or use auto")
 
 
 def encoder_positions(variant: str, heads: int) -> EncoderAlibi:

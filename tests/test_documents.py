@@ -166,13 +166,12 @@ def documented_flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_s
 def test_flash_path_with_documents_passes_fa2_its_sequences(monkeypatch):
     """On CPU the real kernel cannot run: check our variable-length call against FA2's contract,
     full forward and cached (keys of documents before the first query left out)."""
-    import fairseq_alibi.factory as factory
-    import fairseq_alibi.kernels as kernels
+    import fairseq_alibi.kernels.flash as flash
 
-    monkeypatch.setattr(kernels, "flash_attn_func", documented_flash_attn_func, raising=False)
-    monkeypatch.setattr(kernels, "flash_attn_varlen_func", documented_flash_attn_varlen_func, raising=False)
-    monkeypatch.setattr(kernels, "flash_available", lambda x: None)
-    monkeypatch.setattr(factory, "flash_installed", lambda: None)
+    monkeypatch.setattr(flash, "flash_attn_func", documented_flash_attn_func, raising=False)
+    monkeypatch.setattr(flash, "flash_attn_varlen_func", documented_flash_attn_varlen_func, raising=False)
+    monkeypatch.setattr(flash, "flash_available", lambda x: None)
+    monkeypatch.setattr(flash, "flash_installed", lambda: None)
     reference, flash, d = twins("flash")
     assert_same_logits(flash, reference, packed_rows(d, 24))
 

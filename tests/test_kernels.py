@@ -51,9 +51,9 @@ def test_a_kernel_that_cannot_take_the_input_leaves_it_to_sdpa(monkeypatch, capl
     """No configuration error from inside forward: flash on a CPU fp32 input (flash-attn present),
     blocked or flex while training with attention dropout, run as sdpa, with one warning."""
     import fairseq_alibi.base as base
-    import fairseq_alibi.factory as factory
+    import fairseq_alibi.kernels.flash as flash
 
-    monkeypatch.setattr(factory, "flash_installed", lambda: None)  # as if flash-attn were installed
+    monkeypatch.setattr(flash, "flash_installed", lambda: None)  # as if flash-attn were installed
     for kernel, flags, mode in [("flash", [], "eval"), ("blocked", ["--attention-dropout", "0.1"], "train"),
                                 ("flex", ["--attention-dropout", "0.1"], "train")]:
         torch.manual_seed(0)
@@ -96,12 +96,11 @@ def documented_flash_attn_func(q, k, v, dropout_p=0.0, causal=False, alibi_slope
 
 def test_flash_path_passes_fa2_its_layout_and_slopes(monkeypatch):
     """On CPU the real kernel cannot run: check our call against FA2's documented contract."""
-    import fairseq_alibi.factory as factory
-    import fairseq_alibi.kernels as kernels
+    import fairseq_alibi.kernels.flash as flash
 
-    monkeypatch.setattr(kernels, "flash_attn_func", documented_flash_attn_func, raising=False)
-    monkeypatch.setattr(kernels, "flash_available", lambda x: None)
-    monkeypatch.setattr(factory, "flash_installed", lambda: None)
+    monkeypatch.setattr(flash, "flash_attn_func", documented_flash_attn_func, raising=False)
+    monkeypatch.setattr(flash, "flash_available", lambda x: None)
+    monkeypatch.setattr(flash, "flash_installed", lambda: None)
     reference, flash, d = twins("flash")
     assert_same_logits(flash, reference, random_tokens(len(d), 2, 20))
 
@@ -132,11 +131,11 @@ def test_blocked_alibi_attention_equals_dense_attention(heads, query_len, key_le
 
 def test_blocked_alibi_attention_skips_the_keys_steep_heads_silenced(monkeypatch):
     """At 4096 tokens the steepest head (m = 1/2) reads a window of keys, the flattest all of them."""
-    import fairseq_alibi.kernels as kernels
+    import fairseq_alibi.kernels.blocked as blocked
 
     calls = []
-    original = kernels.attention_with_lse
-    monkeypatch.setattr(kernels, "attention_with_lse",
+    original = blocked.attention_with_lse
+    monkeypatch.setattr(blocked, "attention_with_lse",
                         lambda q, k, v, mask, scale: calls.append((q.size(1), k.size(2))) or original(q, k, v, mask, scale))
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 8, 4096, 16) for _ in range(3))
@@ -283,3 +282,23 @@ def test_a_data_dependent_bias_is_never_left_to_a_kernel_that_would_drop_it(docu
     for kernel in ("blocked", "flash", "flex"):
         with pytest.raises(ConfigError, match=f"--attention-kernel {kernel}: FoX .* takes sdpa only"):
             build_model("fox_transformer_lm", extra=[*TINY, "--attention-kernel", kernel])
+
+
+def test_a_kernel_whose_fallback_would_differ_refuses_instead_of_falling_back(monkeypatch):
+    """A kernel declares whether sdpa computes what it does; only then may an input it cannot run
+    fall back to sdpa (with a warning); otherwise the model stops with the reason."""
+    import fairseq_alibi.kernels.base as base
+
+    class Different(base.Kernel):
+        name = "different"
+        sdpa_computes_the_same = False
+
+        def unusable(self, positions, x, dropout, documents):
+            return "never here"
+
+    monkeypatch.setitem(base.KERNELS, "different", Different())
+    model, _ = build_model(extra=TINY)
+    with pytest.raises(ValueError, match="different cannot run here .never here., and sdpa would compute something else"):
+        choose_kernel("different", model.decoder.positions, torch.zeros(1, 1), 16, False, False)
+    monkeypatch.setattr(Different, "sdpa_computes_the_same", True)
+    assert choose_kernel("different", model.decoder.positions, torch.zeros(1, 1), 16, False, False) == "sdpa"

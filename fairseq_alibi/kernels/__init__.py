@@ -1,0 +1,27 @@
+"""Attention kernels, one file each, every one registered by being here (base.py: what a kernel
+declares, the registry, choose_kernel). Pure torch (plus flash-attn where installed), no fairseq.
+
+- sdpa: PyTorch's scaled_dot_product_attention with the dense mask; takes any bias.
+- flash: FlashAttention-2 (>= 2.4, CUDA, fp16/bf16) with ALiBi's slopes, or no bias.
+- flex: PyTorch FlexAttention with ALiBi as a score_mod, or no bias.
+- blocked: PyTorch's fused CPU kernel on blocks of queries, for long inputs on CPU (ALiBi, with
+  gradients; T5's bias at evaluation; any bias with packed documents).
+choose_kernel picks one for an input; attention (attention.attention_bias) then calls build_kernel.
+Adding a kernel is adding a file here (CONTRIBUTING.md).
+"""
+import importlib
+import pkgutil
+
+from .base import (BLOCKED_ABOVE, KERNELS, Kernel, build_kernel, choose_kernel, register, takes_bias,  # noqa: F401
+                   unusable)
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name != "base":
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+KERNEL_NAMES = ("auto", *sorted(KERNELS, key=lambda name: (name != "sdpa", name)))  # --attention-kernel's choices
+
+from .blocked import (BLOCK, BlockedAlibiAttention, BlockedBias, DocumentBlocks, attention_with_lse,  # noqa: E402,F401
+                      blocked_attention)
+from .flash import flash_available, flash_installed  # noqa: E402,F401
+from .flex import flex_alibi_attention  # noqa: E402,F401
