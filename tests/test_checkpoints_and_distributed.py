@@ -1,13 +1,15 @@
 """The paper's checkpoint layout converts into the plugin; two CPU processes train as one."""
 import json
+import os
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
 import torch
 
-from conftest import REPO, TOY, run
+from conftest import REPO, TINY, TOY, run
 from reference import naive_model
 
 pytestmark = pytest.mark.slow
@@ -179,3 +181,65 @@ def test_checkpoints_of_the_previous_design_load_with_the_same_logits(wt2_slice,
         with torch.no_grad():
             logits = model.eval()(tokens)[0]
         assert torch.equal(logits, torch.load(out)), name
+
+
+# The last commit before the position-method registry (positions.py one file, one *_lm.py per method).
+BEFORE_REGISTRY = "4dbb2f1"
+SAVE_WITH_THAT_CODE = r"""
+import sys, torch
+import fairseq_alibi  # that code registers its models on import
+from fairseq import options, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from omegaconf import OmegaConf
+assert fairseq_alibi.__file__.startswith(sys.argv[1]), fairseq_alibi.__file__
+data, out = sys.argv[2], sys.argv[3]
+for name, flags in [line.split(" ", 1) for line in sys.argv[4:]]:
+    args = options.parse_args_and_arch(options.get_training_parser(), [data, "--task", "language_modeling", *flags.split()])
+    cfg = convert_namespace_to_omegaconf(args)
+    torch.manual_seed(0)
+    model = tasks.setup_task(cfg.task).build_model(cfg.model).eval()
+    with torch.no_grad():
+        for p in model.decoder.positions.parameters():
+            p.mul_(1.3)  # learned position parameters away from their initial values
+    tokens = torch.randint(4, 200, (2, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(tokens)[0]
+    torch.save({"cfg": OmegaConf.to_container(cfg), "model": model.state_dict(), "args": None, "extra_state": {},
+                "optimizer_history": [{"num_updates": 0, "criterion_name": "CrossEntropyCriterion",
+                                       "optimizer_name": "AdamOptimizer", "lr_scheduler_state": {}}]},
+               f"{out}/{name}.pt")
+    torch.save({"tokens": tokens, "logits": logits}, f"{out}/{name}.logits")
+"""
+
+
+@pytest.mark.slow
+def test_checkpoints_of_the_code_before_the_registry_load_with_the_same_logits(wt2_slice, tmp_path):
+    """Every causal model, its options and kernel flags, saved by the code before positions/ (that
+    commit's package, in a process of its own) and loaded by fairseq's checkpoint_utils with
+    today's plugin: the same logits, bit for bit."""
+    if subprocess.run(["git", "-C", REPO, "cat-file", "-e", f"{BEFORE_REGISTRY}^{{commit}}"]).returncode:
+        pytest.skip(f"this clone lacks commit {BEFORE_REGISTRY}")
+    old = tmp_path / "old"
+    old.mkdir()
+    archive = subprocess.run(["git", "-C", REPO, "archive", BEFORE_REGISTRY, "fairseq_alibi"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
+    tiny = " ".join(TINY)
+    models = {"alibi": "--arch alibi_transformer_lm --alibi-attention sdpa", "rotary": "--arch rotary_transformer_lm",
+              "t5_bias": "--arch t5_bias_transformer_lm --t5-num-buckets 8 --t5-max-distance 20",
+              "nope": "--arch nope_transformer_lm", "kerple_power": "--arch kerple_transformer_lm --kerple-variant power",
+              "sandwich": "--arch sandwich_transformer_lm", "fire": "--arch fire_transformer_lm --fire-init-threshold 8",
+              "alibi_small": "--arch alibi_transformer_lm_small --adaptive-input-cutoff 20,40 "
+                             "--adaptive-softmax-cutoff 20,40 --decoder-layers 2"}
+    lines = [f"{name} {flags} {tiny if 'small' not in name else ''}" for name, flags in models.items()]
+    run([sys.executable, "-c", SAVE_WITH_THAT_CODE, str(old), wt2_slice, str(tmp_path), *lines],
+        env={**os.environ, "PYTHONPATH": str(old)}, cwd=tmp_path)
+
+    import fairseq_alibi.plugin  # noqa: F401
+    from fairseq import checkpoint_utils
+    for name in models:
+        (model,), _, _ = checkpoint_utils.load_model_ensemble_and_task([str(tmp_path / f"{name}.pt")],
+                                                                      arg_overrides={"data": wt2_slice})
+        saved = torch.load(tmp_path / f"{name}.logits")
+        with torch.no_grad():
+            assert torch.equal(model.eval()(saved["tokens"])[0], saved["logits"]), name

@@ -315,3 +315,28 @@ def test_small_and_wiki103_architectures_have_alibis_dimensions():
         assert {k: v for k, v in ours.items() if k not in own} == alibi
         assert all(k.startswith(f"decoder.{method}.") for k in own) and bool(own) == (method in ("kerple", "fire"))
         assert f"{method}_transformer_lm_wiki103" in ARCH_CONFIG_REGISTRY
+
+
+def test_every_registered_method_appears_wherever_methods_are_listed():
+    """Adding a method is adding a file to positions/: its architectures, scripts/train.sh, the
+    comparison experiment, these tests' table (so every test above covers it) and the methods
+    tables of the README and docs/methods.md all list it."""
+    import subprocess
+
+    from conftest import REPO
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import fairseq_alibi.plugin  # noqa: F401
+    from fairseq_alibi.positions import METHODS as REGISTERED
+    from test_experiment import experiment
+
+    usage = subprocess.run([f"{REPO}/scripts/train.sh", "--help"], capture_output=True, text=True).stdout
+    compared = {model.method for model in experiment["EXPERIMENTS"]["comparison"].models}
+    documented = [open(f"{REPO}/{page}").read() for page in ("README.md", "docs/methods.md")]
+    for method in REGISTERED:
+        for suffix in ("", "_small", "_wiki103"):
+            assert f"{method}_transformer_lm{suffix}" in ARCH_MODEL_REGISTRY, method
+        assert method in usage.split("usage:")[-1], method
+        assert method in compared, method
+        assert any(name == method or name.startswith(f"{method}_") for name in METHODS), method
+        assert all(f"| `{method}` |" in page for page in documented), method
