@@ -137,9 +137,8 @@ def attention_bias(positions, x: Tensor, query_len: int, key_len: int, padding_m
 class RelativeSelfAttention(MultiheadAttention):
     """Self-attention taking an AttentionBias in place of fairseq's attn_mask tensor.
 
-    fairseq's decoder layer hands self_attn_mask to self-attention untouched, so the decoder
-    passes the AttentionBias through it; the encoder layer (RelativeEncoderLayer) takes it by
-    name. Same parameters (q/k/v/out_proj) and incremental cache layout as fairseq's
+    Our decoder and encoder layers (RelativeDecoderLayer, RelativeEncoderLayer) pass it by name.
+    Same parameters (q/k/v/out_proj) and incremental cache layout as fairseq's
     MultiheadAttention, so checkpoints and beam reordering are unchanged. A method whose bias
     depends on the data gives each layer a layer_bias (positions.LayerBias; the decoder sets it),
     whose cached state rides in the same incremental buffer (batch-first, so beams reorder it).
@@ -214,8 +213,54 @@ def wrap_layer(layer, cfg):
 
 
 class RelativeDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's decoder layer (same parameters, so checkpoints are unchanged) with a forward of its
+    own that takes the AttentionBias by name: fairseq's would pass it through as the tensor
+    self_attn_mask. Cross-self-attention is refused at build (decoder.check_decoder_args)."""
+
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         return build_relative_self_attention(self, embed_dim, cfg.decoder.attention_heads, cfg)
+
+    def forward(self, x: Tensor, bias: AttentionBias, padding_mask: Optional[Tensor] = None,
+                encoder_out: Optional[Tensor] = None, encoder_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None):
+        residual = x
+        if self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+        x, _ = self.self_attn(query=x, key=x, value=x, key_padding_mask=padding_mask,
+                              incremental_state=incremental_state, attn_mask=bias)
+        if self.c_attn is not None:  # NormFormer's head scaling (--scale-heads)
+            tgt_len, bsz = x.size(0), x.size(1)
+            x = torch.einsum("tbhd,h->tbhd", x.view(tgt_len, bsz, self.nh, self.head_dim), self.c_attn)
+            x = x.reshape(tgt_len, bsz, self.embed_dim)
+        if self.attn_ln is not None:
+            x = self.attn_ln(x)
+        x = self.residual_connection(self.dropout_module(x), residual)
+        if not self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+
+        if self.encoder_attn is not None and encoder_out is not None:  # fairseq's, without positions
+            residual = x
+            if self.normalize_before:
+                x = self.encoder_attn_layer_norm(x)
+            x, _ = self.encoder_attn(query=x, key=encoder_out, value=encoder_out, key_padding_mask=encoder_padding_mask,
+                                     incremental_state=incremental_state, static_kv=True, need_weights=False)
+            x = self.residual_connection(self.dropout_module(x), residual)
+            if not self.normalize_before:
+                x = self.encoder_attn_layer_norm(x)
+
+        residual = x
+        if self.normalize_before:
+            x = self.final_layer_norm(x)
+        x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
+        if self.ffn_layernorm is not None:
+            x = self.ffn_layernorm(x)
+        x = self.dropout_module(self.fc2(x))
+        if self.w_resid is not None:
+            residual = torch.mul(self.w_resid, residual)
+        x = self.residual_connection(x, residual)
+        if not self.normalize_before:
+            x = self.final_layer_norm(x)
+        return x
 
 
 class RelativeEncoderLayer(TransformerEncoderLayerBase):

@@ -117,11 +117,7 @@ class PositionDecoder(TransformerDecoder):
                            if encoder_out and encoder_out["encoder_padding_mask"] else None)
         inner_states: List[Optional[Tensor]] = [x]
         for layer in self.layers:
-            # self_attn_mask: fairseq's layer hands it to self-attention untouched (attention.py)
-            x, _, _ = layer(
-                x, encoder_states, encoder_padding, incremental_state,
-                self_attn_mask=bias, self_attn_padding_mask=padding_mask,
-            )
+            x = layer(x, bias, padding_mask, encoder_states, encoder_padding, incremental_state)
             inner_states.append(x)
 
         if self.layer_norm is not None:
