@@ -196,6 +196,10 @@ def evaluate(planned, data, split, extra):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import eval_lm
 
+    # The models, registered here: fairseq skips --user-dir fairseq_alibi for a package already
+    # imported (SCALINGS above imports it, without fairseq).
+    import fairseq_alibi.plugin  # noqa: F401
+
     provenance = runpy.run_path(os.path.join(here, "fairseq_alibi", "provenance.py"))
     append_lines = files["append_lines"]
     recorded = {"commit": provenance["commit"](), "machine": provenance["machine"](),
