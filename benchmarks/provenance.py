@@ -1,7 +1,6 @@
 """What every benchmark table starts with (command, commit, date, machine) and how it is written."""
 import json
 import os
-import runpy
 import shlex
 import sys
 import time
@@ -9,10 +8,9 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The package's definition of commit and machine (read without importing the package).
-_provenance = runpy.run_path(os.path.join(HERE, "..", "fairseq_alibi", "provenance.py"))
-machine, commit = _provenance["machine"], _provenance["commit"]
-written_whole = runpy.run_path(os.path.join(HERE, "..", "fairseq_alibi", "files.py"))["written_whole"]
+# The package's definition of commit and machine (no fairseq import).
+from fairseq_alibi.files import written_whole  # noqa: E402
+from fairseq_alibi.provenance import commit, machine  # noqa: E402
 
 
 def header(details, device="cpu"):

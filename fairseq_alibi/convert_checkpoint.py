@@ -37,7 +37,8 @@ logger = logging.getLogger(__name__)
 
 POSITION_PREFIX = "decoder.embed_positions."  # learned: .weight; sinusoidal: ._float_tensor
 # The ALiBi model's options beyond the stock transformer LM's (its method's, the kernel's, documents').
-ALIBI_FIELDS = [f for f in dataclasses.fields(fairseq_config(METHODS["alibi"]))
+ALIBI_CONFIG = fairseq_config(METHODS["alibi"])  # alibi_transformer_lm's options
+ALIBI_FIELDS = [f for f in dataclasses.fields(ALIBI_CONFIG)
                 if f.name not in {g.name for g in dataclasses.fields(TransformerLanguageModelConfig)}]
 # Top-level key of the converted checkpoint saying where it came from (fairseq ignores it).
 PROVENANCE = "fairseq_alibi_conversion"
@@ -94,7 +95,7 @@ def convert_state(state, replace_positions=False, name="checkpoint"):
             "its positions for ALiBi, then fine-tune it"
         )
 
-    known = {f.name for f in dataclasses.fields(AlibiTransformerLanguageModelConfig)}
+    known = {f.name for f in dataclasses.fields(ALIBI_CONFIG)}
     dropped = sorted(k for k in model_cfg if k not in known and k != "_name")
     new_cfg = {k: v for k, v in model_cfg.items() if k in known}
     new_cfg.update({f.name: f.default for f in ALIBI_FIELDS})  # so --model-overrides can set them

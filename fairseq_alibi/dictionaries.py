@@ -11,12 +11,11 @@ released models ship theirs), and the tools compare words, not counts.
     python3 fairseq_alibi/dictionaries.py keep DATA_DIR SAVE_DIR        # copy its dict*.txt into SAVE_DIR (refuse another)
 """
 import os
-import runpy
 import shutil
 import sys
 from typing import List, Optional
 
-written_whole = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "files.py"))["written_whole"]
+from fairseq_alibi.files import written_whole  # noqa: E402  (absolute: also run as a script, by train.sh)
 
 
 def words(path: str) -> List[str]:

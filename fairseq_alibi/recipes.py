@@ -184,9 +184,7 @@ def record_flags(save_dir, flags):
     """Keep what a new run is started with (written whole or not at all)."""
     import json
     import os
-    import runpy
-
-    written_whole = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "files.py"))["written_whole"]
+    from fairseq_alibi.files import written_whole
     with written_whole(os.path.join(save_dir, RUN_FLAGS)) as path, open(path, "w") as f:
         json.dump(flag_values(flags), f, indent=0, sort_keys=True)
 

@@ -27,14 +27,13 @@ import json
 import logging
 import math
 import os
-import runpy
 import sys
 import tempfile
 import time
 import traceback
 
 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-files = runpy.run_path(os.path.join(here, "fairseq_alibi", "files.py"))  # results rows, stride rules
+from fairseq_alibi import dictionaries, files, provenance, recipes  # noqa: E402  (results rows, stride rules; no fairseq)
 from fairseq_alibi.methods import SCALINGS  # noqa: E402  (the registry's; no fairseq import)
 
 
@@ -47,13 +46,12 @@ def trained(checkpoint, user_overrides):
     seed) from the checkpoint's config; user_overrides (a dict's text) checked against it."""
     import torch
 
-    recipes = runpy.run_path(os.path.join(here, "fairseq_alibi", "recipes.py"))
     try:
         state = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
         assert isinstance(state, dict) and ("cfg" in state or "args" in state)
     except Exception:
         fail(f"{checkpoint} is not a fairseq checkpoint")
-    other = recipes["wrong_kind"](state, checkpoint, "causal LM")  # a masked LM, a translation model
+    other = recipes.wrong_kind(state, checkpoint, "causal LM")  # a masked LM, a translation model
     if other:
         fail(other)
     try:
@@ -112,7 +110,7 @@ def plan(name, train_length, lengths, strides, scalings, scaling_factor):
                                "(give a longer L_valid, or SCALING_FACTOR)")
                 continue
             for rule in strides:  # a number, or /K for L_valid / K
-                stride, stride_rule = files["stride"](rule, l_valid)
+                stride, stride_rule = files.stride(rule, l_valid)
                 context = 0 if stride == 0 else l_valid - stride
                 if context < 0:
                     skipped.append(f"stride {stride} > L_valid {l_valid}")
@@ -150,13 +148,12 @@ def score(scorings, data, split="valid", extra=(), resume=False):
     """Check every scoring (before anything is appended anywhere), then score them all in one process.
     With resume, a measurement already in its output file (files.row_key) is not made again.
     Returns how many measurements were made."""
-    dictionaries = runpy.run_path(os.path.join(here, "fairseq_alibi", "dictionaries.py"))
-    done = {out: {files["row_key"](r) for r in files["read_rows"](out)} if resume else set()
+    done = {out: {files.row_key(r) for r in files.read_rows(out)} if resume else set()
             for out in dict.fromkeys(s.out for s in scorings)}
     planned = []
     for s in scorings:
         name, train_length, has_scaling, updates, seed, user = trained(s.checkpoint, s.user_overrides)
-        problem = dictionaries["check"](s.checkpoint, data)  # after the kind: that says more
+        problem = dictionaries.check(s.checkpoint, data)  # after the kind: that says more
         if problem:
             fail(problem)
         check_scalings(s.checkpoint, name, has_scaling, s.scalings)
@@ -166,11 +163,11 @@ def score(scorings, data, split="valid", extra=(), resume=False):
         for why in skipped:
             print(f"skipping: {why}", file=sys.stderr)
         jobs = [job for job in jobs  # job: L_valid, stride, its rule, context, scaling, ...
-                if files["measurement"](s.label, s.checkpoint, updates, job[0], job[2], job[4], split) not in done[s.out]]
+                if files.measurement(s.label, s.checkpoint, updates, job[0], job[2], job[4], split) not in done[s.out]]
         if jobs:
             planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show))
     for out in done:  # every checkpoint checked: now the files
-        files["require_appendable"](out)
+        files.require_appendable(out)
     if planned:
         evaluate(planned, data, split, list(extra))
     return sum(len(jobs) for jobs, *_ in planned)
@@ -200,9 +197,8 @@ def evaluate(planned, data, split, extra):
     # imported (SCALINGS above imports it, without fairseq).
     import fairseq_alibi.plugin  # noqa: F401
 
-    provenance = runpy.run_path(os.path.join(here, "fairseq_alibi", "provenance.py"))
-    append_lines = files["append_lines"]
-    recorded = {"commit": provenance["commit"](), "machine": provenance["machine"](),
+    append_lines = files.append_lines
+    recorded = {"commit": provenance.commit(), "machine": provenance.machine(),
                 **json.loads(os.environ.get("ROW_FIELDS") or "{}")}
 
     # Tokens scored: every token of the split once, whatever the window (what fairseq counts too).

@@ -39,13 +39,10 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-recipes = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "recipes.py"))
-provenance = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "provenance.py"))
-files = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))
-methods = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "methods.py"))
+from fairseq_alibi import files, methods, provenance, recipes  # noqa: E402  (no fairseq import)
 exact_match = runpy.run_path(os.path.join(REPO, "examples", "synthetic", "exact_match.py"))
 append_lines, read_rows, row_key, measurement, stride_of = (
-    files[name] for name in ("append_lines", "read_rows", "row_key", "measurement", "stride"))
+    getattr(files, name) for name in ("append_lines", "read_rows", "row_key", "measurement", "stride"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +159,7 @@ EXPERIMENTS["synthetic"] = Experiment(
     "sizes up to 20 and scored by exact match (greedy) up to 80: the five encoder ALiBi variants (a causal ALiBi "
     "decoder, cross-attention without positions) against their sinusoidal twin (stock --arch transformer).",
     (*(Model(f"ALiBi {variant}", "alibi_transformer_small", ("--encoder-alibi", variant)) for variant in ENCODER_VARIANTS),
-     Model("Sinusoidal", "transformer", tuple(methods["TRANSLATION_TWIN_FLAGS"].split()[2:]))),
+     Model("Sinusoidal", "transformer", tuple(methods.TRANSLATION_TWIN_FLAGS.split()[2:]))),
     recipe="synthetic", multiples=(), strides=())
 
 
@@ -206,10 +203,10 @@ class Runner:
         self.name, self.experiment, self.args = name, experiment, args
         self.length = args.train_length or experiment.train_length
         self.seeds = tuple(args.seeds or experiment.seeds)
-        self.kind = recipes["RECIPE_KIND"][experiment.recipe]  # causal LM, masked LM, encoder-decoder
+        self.kind = recipes.RECIPE_KIND[experiment.recipe]  # causal LM, masked LM, encoder-decoder
         self.masked = self.kind == "masked LM"
         self.seq2seq = self.kind == "encoder-decoder"  # its data and sizes are the tasks': no L
-        self.updates = args.updates or int(recipes["last_value"](recipes["recipe"](experiment.recipe, self.length), "--max-update"))
+        self.updates = args.updates or int(recipes.last_value(recipes.recipe(experiment.recipe, self.length), "--max-update"))
         self.out = args.out or os.path.join("runs", name)
         self.checkpoints = args.checkpoints or os.path.join("checkpoints", experiment.checkpoints or name)
         self.models = [m for m in experiment.models if not args.models or set(names(m)) & set(args.models)]
@@ -239,7 +236,7 @@ class Runner:
         if self.kind != "causal LM":  # train_once.sh writes the log and measures
             command = [os.path.join("scripts", "train_once.sh"), save, f"{model.label} (seed {seed})", "--",
                        "fairseq-train", self.binarized, "--save-dir", save, "--user-dir", "fairseq_alibi", "--arch", model.method,
-                       *recipes["recipe"](self.experiment.recipe, self.train_length(model), 1, self.updates), *common]
+                       *recipes.recipe(self.experiment.recipe, self.train_length(model), 1, self.updates), *common]
         else:
             command = [sys.executable, os.path.join("scripts", "measure.py"), os.path.join(save, "resources.jsonl"), "--",
                        os.path.join("scripts", "train.sh"), model.method, str(self.train_length(model)), self.data, save,
@@ -286,7 +283,7 @@ class Runner:
     def evaluate(self, model, checkpoint):
         """Score what is missing from the results, in one scripts/eval.sh process per scoring (where
         only some is missing, the lengths, strides and scalings it spans are all scored again)."""
-        missing = self.missing(model, checkpoint, recipes["checkpoint_summary"](checkpoint)[2])
+        missing = self.missing(model, checkpoint, recipes.checkpoint_summary(checkpoint)[2])
         for label, flags in self.scorings(model):
             if missing[label]:
                 self.score(label, checkpoint, missing[label], flags)
@@ -387,8 +384,8 @@ class Runner:
             self.data = self.binarized = self.args.data or prepare_wikitext2(self.experiment.documents)
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
         jobs = [(m, s) for s in self.seeds for m in self.models]  # seed by seed: a stopped run has whole seeds
-        record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance["commit"](),
-                  "machine": provenance["machine"](), "started": started, "jobs": len(jobs),
+        record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance.commit(),
+                  "machine": provenance.machine(), "started": started, "jobs": len(jobs),
                   # the float summation order, so a training's trajectory, depends on it
                   "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset (torch: one per core)")}
         invocations = os.path.join(self.out, "runs.jsonl")

@@ -16,7 +16,6 @@ import csv
 import json
 import math
 import os
-import runpy
 from collections import defaultdict
 
 import matplotlib
@@ -25,8 +24,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-written_whole = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_alibi",
-                                            "files.py"))["written_whole"]
+from fairseq_alibi.files import written_whole  # noqa: E402
 
 
 # Row labels in the paper's order (Tables 2-4), then the methods added since, then the

@@ -10,11 +10,9 @@ Writes OUT through a temporary name: an interrupted run leaves no partial file.
 """
 import os
 import re
-import runpy
 import sys
 
-written_whole = runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_alibi",
-                                            "files.py"))["written_whole"]
+from fairseq_alibi.files import written_whole  # noqa: E402
 
 HEADING = re.compile(r" = [^=].* = ")
 

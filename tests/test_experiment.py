@@ -12,10 +12,9 @@ import torch
 
 from conftest import REPO
 
-recipes = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "recipes.py"))
+from fairseq_alibi import dictionaries, files, methods, mistakes, recipes  # noqa: E402
 experiment = runpy.run_path(os.path.join(REPO, "scripts", "experiment.py"))
 results = runpy.run_path(os.path.join(REPO, "scripts", "results.py"))
-methods = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "methods.py"))
 
 
 def fake_checkpoint(path, arch="alibi_transformer_lm_small", length=64, updates=10):
@@ -25,28 +24,28 @@ def fake_checkpoint(path, arch="alibi_transformer_lm_small", length=64, updates=
 
 
 def test_a_run_is_finished_when_its_last_checkpoint_reached_max_update(tmp_path):
-    status = recipes["run_status"]
+    status = recipes.run_status
     assert status(tmp_path / "none", "alibi_transformer_lm_small", 64, 100) == ("new", 0)
     fake_checkpoint(tmp_path / "run" / "checkpoint_last.pt", updates=40)
     assert status(tmp_path / "run", "alibi_transformer_lm_small", 64, 100) == ("resume", 40)
     assert status(tmp_path / "run", "alibi_transformer_lm_small", 64, 40) == ("finished", 40)
-    with pytest.raises(recipes["RunConflict"], match="holds another run .alibi_transformer_lm_small at L=64"):
+    with pytest.raises(recipes.RunConflict, match="holds another run .alibi_transformer_lm_small at L=64"):
         status(tmp_path / "run", "rotary_transformer_lm_small", 64, 40)
     assert status(tmp_path / "run", "rotary_transformer_lm_small", 32, 40, other_ok=True) == ("finished", 40)
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "checkpoint_last.pt").write_bytes(b"truncated")
-    with pytest.raises(recipes["RunConflict"], match="is unreadable: move it away"):
+    with pytest.raises(recipes.RunConflict, match="is unreadable: move it away"):
         status(tmp_path / "bad", "alibi_transformer_lm_small", 64, 40)
 
 
 def test_a_run_started_with_other_flags_is_refused_not_resumed_nor_called_finished(tmp_path):
     """The flags a run was started with are kept (recipes.RUN_FLAGS); a rerun with another recipe
     (more or fewer updates, another learning rate) is refused, where bookkeeping flags may change."""
-    status, conflict = recipes["run_status"], recipes["RunConflict"]
+    status, conflict = recipes.run_status, recipes.RunConflict
     flags = ["--arch", "alibi_transformer_lm_small", "--max-update", "40", "--lr", "0.003", "--adam-betas", "(0.9,0.98)",
              "--num-workers", "0", "--adaptive-input-cutoff", "20,40"]
     fake_checkpoint(tmp_path / "run" / "checkpoint_last.pt", updates=40)
-    recipes["record_flags"](tmp_path / "run", flags)
+    recipes.record_flags(tmp_path / "run", flags)
     arch = ("alibi_transformer_lm_small", 64)
     assert status(tmp_path / "run", *arch, 40, flags=flags) == ("finished", 40)
     moved = [f if f != "0" else "2" for f in flags] + ["--save-dir", "elsewhere", "--no-progress-bar"]
@@ -56,7 +55,7 @@ def test_a_run_started_with_other_flags_is_refused_not_resumed_nor_called_finish
                           (["--lr", "0.001"], "--lr 0.003 then, 0.001 now"),
                           (["--fp16"], "--fp16 not given then, given now")):
         with pytest.raises(conflict, match=re.escape(f"started with other flags ({differ}): choose another SAVE_DIR")):
-            status(tmp_path / "run", *arch, int(recipes["last_value"]([*flags, *other], "--max-update")),
+            status(tmp_path / "run", *arch, int(recipes.last_value([*flags, *other], "--max-update")),
                    flags=[*flags, *other])
     assert status(tmp_path / "run", *arch, 50, other_ok=True, flags=[*flags, "--max-update", "50"]) == ("resume", 40)
     # A run from before the flags were kept: its checkpoint's own --max-update.
@@ -71,22 +70,22 @@ def test_a_run_started_with_other_flags_is_refused_not_resumed_nor_called_finish
 
 
 def test_recipes_are_written_once_and_read_by_train_sh():
-    small = recipes["recipe"]("small", 64)
-    assert recipes["last_value"](small, "--max-update") == "1400" and recipes["last_value"](small, "--lr") == "0.003"
-    paper = recipes["recipe"]("wiki103", 3072, 2)
-    assert recipes["last_value"](paper, "--max-tokens") == "3072" and recipes["last_value"](paper, "--update-freq") == "12"
+    small = recipes.recipe("small", 64)
+    assert recipes.last_value(small, "--max-update") == "1400" and recipes.last_value(small, "--lr") == "0.003"
+    paper = recipes.recipe("wiki103", 3072, 2)
+    assert recipes.last_value(paper, "--max-tokens") == "3072" and recipes.last_value(paper, "--update-freq") == "12"
     with pytest.raises(ValueError, match="needs 1, 2, 4 or 8 GPUs"):
-        recipes["recipe"]("wiki103", 512, 3)
+        recipes.recipe("wiki103", 512, 3)
     train_sh = open(os.path.join(REPO, "scripts", "train.sh")).read()
     assert "--lr 0.003" not in train_sh and "286000" not in train_sh and "recipes.py" in train_sh
-    masked = recipes["recipe"]("masked_lm", 64, 1, 1800)  # its schedule follows the updates
-    assert [recipes["last_value"](masked, f) for f in ("--warmup-updates", "--total-num-update", "--max-update")] == [
+    masked = recipes.recipe("masked_lm", 64, 1, 1800)  # its schedule follows the updates
+    assert [recipes.last_value(masked, f) for f in ("--warmup-updates", "--total-num-update", "--max-update")] == [
         "180", "1800", "1800"]
     mlm_sh = open(os.path.join(REPO, "examples", "wikitext2", "mlm.sh")).read()
     assert "--lr" not in mlm_sh and "experiment.py\" mlm" in mlm_sh  # the runner's declaration and recipe
     synthetic_sh = open(os.path.join(REPO, "examples", "synthetic", "run.sh")).read()
     assert "--lr" not in synthetic_sh and "experiment.py\" synthetic" in synthetic_sh
-    assert recipes["last_value"](recipes["recipe"]("synthetic", 0, 1, 2000), "--total-num-update") == "2000"
+    assert recipes.last_value(recipes.recipe("synthetic", 0, 1, 2000), "--total-num-update") == "2000"
 
 
 def test_declared_experiments_name_known_methods_once():
@@ -96,9 +95,9 @@ def test_declared_experiments_name_known_methods_once():
         for model in declared.models:
             known = {"masked_lm": ("alibi_roberta_small", "littlebird_roberta_small"),
                      "synthetic": ("alibi_transformer_small", "transformer")}.get(
-                declared.recipe, (*methods["CAUSAL_METHODS"], "sinusoidal"))
+                declared.recipe, (*methods.CAUSAL_METHODS, "sinusoidal"))
             assert model.method in known, (name, model)
-        assert recipes["recipe"](declared.recipe, declared.train_length)
+        assert recipes.recipe(declared.recipe, declared.train_length)
     comparison = experiment["EXPERIMENTS"]["comparison"]
     assert len(comparison.models) >= 8 and len(comparison.seeds) >= 3 and set(comparison.strides) == {"0", "/2"}
 
@@ -161,8 +160,7 @@ def test_two_runs_with_one_label_and_seed_are_not_taken_for_two_seeds(tmp_path):
     ("train", ["--fp16", "--cpu"], None, "--fp16 needs a GPU"),
 ])
 def test_mistakes_fairseq_would_crash_on_are_named(tool, argv, gpus, message):
-    mistakes = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "mistakes.py"))
-    found = mistakes["common_mistake"](tool, argv, gpus)
+    found = mistakes.common_mistake(tool, argv, gpus)
     assert found == message if message is None else message in found
 
 
@@ -335,21 +333,20 @@ def test_one_trainer_per_save_directory_and_a_stopped_one_leaves_no_orphan(tmp_p
 
 
 def test_dictionaries_are_compared_by_their_words_not_their_size(tmp_path):
-    dictionaries = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "dictionaries.py"))
     data, same, other, save = (tmp_path / name for name in ("data", "same", "other", "save"))
     for path, text in [(data, "the 9\nof 5\nand 3\n"), (same, "the 1\nof 1\nand 1 #fairseq:overwrite\n"),
                        (other, "the 9\nand 5\nof 3\n")]:
         path.mkdir()
         (path / "dict.txt").write_text(text)
-    assert dictionaries["difference"](data / "dict.txt", same / "dict.txt") is None  # counts and flags differ only
-    assert "line 2 of dict.txt is 'of' there, 'and' here" in dictionaries["difference"](data / "dict.txt", other / "dict.txt")
+    assert dictionaries.difference(data / "dict.txt", same / "dict.txt") is None  # counts and flags differ only
+    assert "line 2 of dict.txt is 'of' there, 'and' here" in dictionaries.difference(data / "dict.txt", other / "dict.txt")
     save.mkdir()
     checkpoint = str(save / "checkpoint_last.pt")
-    assert dictionaries["check"](checkpoint, str(other)) is None  # nothing kept: nothing to compare
-    assert dictionaries["keep"](str(data), str(save)) is None and (save / "dict.txt").read_text() == "the 9\nof 5\nand 3\n"
-    assert "another dictionary" in dictionaries["check"](checkpoint, str(other))
-    assert dictionaries["check"](checkpoint, str(same)) is None
-    assert "holds a run on another dictionary" in dictionaries["keep"](str(other), str(save))
+    assert dictionaries.check(checkpoint, str(other)) is None  # nothing kept: nothing to compare
+    assert dictionaries.keep(str(data), str(save)) is None and (save / "dict.txt").read_text() == "the 9\nof 5\nand 3\n"
+    assert "another dictionary" in dictionaries.check(checkpoint, str(other))
+    assert dictionaries.check(checkpoint, str(same)) is None
+    assert "holds a run on another dictionary" in dictionaries.keep(str(other), str(save))
     assert (save / "dict.txt").read_text() == "the 9\nof 5\nand 3\n" and not list(save.glob("dict.txt*.part"))
 
 
@@ -408,7 +405,7 @@ def test_each_tool_refuses_a_checkpoint_of_another_kind_naming_the_tool_that_tak
     for path, kind in [(masked, "a masked LM"), (saved_mlm, "a masked LM"), (translation, "an encoder-decoder")]:
         with pytest.raises(ConfigError, match=f"is {kind} checkpoint: only causal language models"):
             convert_state(torch.load(path, weights_only=False), replace_positions=True, name=str(path))
-    wrong_kind = recipes["wrong_kind"]
+    wrong_kind = recipes.wrong_kind
     assert wrong_kind(torch.load(causal, weights_only=False), "lm.pt", "causal LM") is None
     assert wrong_kind(torch.load(masked, weights_only=False), "m.pt", "causal LM") == \
         "m.pt is a masked LM checkpoint, not a causal LM: score it with scripts/eval_mlm.py"
@@ -460,7 +457,7 @@ def test_tables_refuse_masked_token_and_causal_perplexities_together_and_write_n
 def test_a_stride_rule_means_one_stride_and_one_row_name_wherever_it_is_read():
     """eval.sh's rules: "0" nonoverlapping, "S" S tokens, "/K" L_valid // K (named L_valid/K in
     rows); the scoring plan (evaluate.py) drops a stride longer than L_valid."""
-    stride = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))["stride"]
+    stride = files.stride
     assert [stride(rule, 100) for rule in ("0", "32", "/2", "/3")] == [
         (0, "0"), (32, "32"), (50, "L_valid/2"), (33, "L_valid/3")]
     plan = runpy.run_path(os.path.join(REPO, "scripts", "evaluate.py"))["plan"]
@@ -471,7 +468,7 @@ def test_a_stride_rule_means_one_stride_and_one_row_name_wherever_it_is_read():
 
 
 def test_a_write_that_fails_leaves_the_previous_file_and_no_partial_one(tmp_path):
-    written_whole = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))["written_whole"]
+    written_whole = files.written_whole
     target = tmp_path / "table.md"
     target.write_text("the finished table\n")
     with pytest.raises(SystemExit, match=re.escape(f"could not write {target} (No space left on device): its previous version is kept")):
@@ -487,7 +484,7 @@ def test_a_write_that_fails_leaves_the_previous_file_and_no_partial_one(tmp_path
 def test_two_writers_of_one_file_at_once_each_install_it_whole(tmp_path):
     """The ranks of one training each keep the data's dictionary in SAVE_DIR at the same moment
     (scripts/train.sh): interleaved writes of one target both succeed, and it ends whole."""
-    written_whole = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))["written_whole"]
+    written_whole = files.written_whole
     target = tmp_path / "dict.txt"
     with written_whole(target) as first, open(first, "w") as f:
         f.write("the 9\n")

@@ -24,7 +24,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 evaluate = runpy.run_path(os.path.join(REPO, "scripts", "evaluate.py"))
-files = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "files.py"))
+from fairseq_alibi import files  # noqa: E402
 Scoring = evaluate["Scoring"]
 
 
@@ -82,7 +82,7 @@ def main():
                      "move it away or set OUT to a new directory")
     if args.check:
         return
-    with files["written_whole"](recorded) as partial, open(partial, "w") as f:
+    with files.written_whole(recorded) as partial, open(partial, "w") as f:
         json.dump(settings, f, indent=1)
     last = lambda dirs: [os.path.join(d, "checkpoint_last.pt") for d in dirs]  # noqa: E731
     table = [

@@ -18,14 +18,13 @@ control at L (trained with --update-freq) fill the rows below the recipe's.
 import argparse
 import json
 import os
-import runpy
 import sys
 
 RESUMED_IF_LONGER = 60  # seconds: calls beyond the longest that trained too
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 from results import cell, mean_std, per_run, read_json_lines, written_whole  # noqa: E402  (eval.sh's rows; one line for a bad one)
-RUN_FLAGS = runpy.run_path(os.path.join(REPO, "fairseq_alibi", "recipes.py"))["RUN_FLAGS"]
+from fairseq_alibi.recipes import RUN_FLAGS  # noqa: E402
 
 
 def training_cost(checkpoint):
