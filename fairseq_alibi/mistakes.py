@@ -8,22 +8,12 @@ or fairseq, so that scripts/train.sh asks it cheaply:
 scripts/train_once.sh and fairseq_alibi/cli.py (fairseq-alibi-train, fairseq-alibi-eval-lm) ask it too.
 """
 import sys
-from typing import Dict, List, Optional
+from typing import List, Optional
+
+from fairseq_alibi.flags import flag_values  # absolute: also run as a script, by train.sh
 
 HALF_PRECISION = ("--fp16", "--bf16", "--amp", "--memory-efficient-fp16", "--memory-efficient-bf16")
 LM_TOKENS_PER_SAMPLE = 1024  # fairseq's language_modeling default
-
-
-def last_values(argv: List[str]) -> Dict[str, str]:
-    """{flag: its last value} of the --flag VALUE and --flag=VALUE pairs in argv."""
-    values = {}
-    for i, arg in enumerate(argv):
-        if arg.startswith("--") and "=" in arg:
-            flag, value = arg.split("=", 1)
-            values[flag] = value
-        elif arg.startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            values[arg] = argv[i + 1]
-    return values
 
 
 def common_mistake(tool: str, argv: List[str], gpus: Optional[int]) -> Optional[str]:
@@ -31,7 +21,7 @@ def common_mistake(tool: str, argv: List[str], gpus: Optional[int]) -> Optional[
     a GPU (gpus None: not known), --tokens-per-sample that is not a positive integer (a
     ZeroDivisionError in its block maker), for training a --max-update of 0 (fairseq's "no limit": a
     run that never ends), and for fairseq-eval-lm a --context-window as long as the window itself."""
-    values = last_values(argv)
+    values = flag_values(argv)
     precision = next((a for a in argv if a in HALF_PRECISION), None)
     if precision and (gpus == 0 or "--cpu" in argv):
         return f"{precision} needs a GPU and none was found: drop it to run on CPU in fp32"

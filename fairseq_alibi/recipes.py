@@ -92,8 +92,9 @@ def recipe(preset, length, workers=1, updates=None):
 
 def last_value(flags, name, default=None):
     """The value of the last `name` in flags (fairseq's argparse: the last one given wins)."""
-    values = [flags[i + 1] for i in range(len(flags) - 1) if flags[i] == name]
-    return values[-1] if values else default
+    from fairseq_alibi.flags import last_value as value
+
+    return value(flags, name, default)
 
 
 def field(section, name):
@@ -167,17 +168,11 @@ BOOKKEEPING = {"--save-dir", "--tensorboard-logdir", "--user-dir", "--num-worker
 
 
 def flag_values(flags):
-    """{flag: the value the run gets} of a fairseq-train argument list: a flag's last value wins (as in
-    argparse), a switch is "", positional arguments (the data directory, the program) are left out."""
-    values, flag = {}, None
-    for arg in flags:
-        if arg.startswith("--"):
-            flag, _, value = arg.partition("=")
-            values[flag] = value
-            flag = None if value else flag  # --flag=value takes no more words
-        elif flag is not None:
-            values[flag] = f"{values[flag]} {arg}".lstrip()  # nargs="+": all its words
-    return {flag: value for flag, value in values.items() if flag not in BOOKKEEPING}
+    """{flag: the value the run gets} of a fairseq-train argument list (flags.flag_values), less
+    the bookkeeping flags."""
+    from fairseq_alibi.flags import flag_values as values
+
+    return {flag: value for flag, value in values(flags).items() if flag not in BOOKKEEPING}
 
 
 def record_flags(save_dir, flags):

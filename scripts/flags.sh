@@ -1,4 +1,4 @@
-# Sourced by scripts/train.sh and scripts/train_once.sh (Python's twin: recipes.last_value).
+# Sourced by scripts/train.sh and scripts/train_once.sh (its Python twin: fairseq_alibi/flags.py).
 flag_value() {  # FLAG ARGS...: the value after the last FLAG in ARGS (the one argparse keeps), or empty
   local flag=$1 value= previous= arg
   shift

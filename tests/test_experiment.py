@@ -561,3 +561,14 @@ def test_claims_verdicts_against_the_spread_written_out(tmp_path):
     assert "FIRE at 1024: 152.00 ± 1.00 (n=3)" in nonoverlapping and "ALiBi at 1024: 102.00 ± 1.00 (n=3)" in nonoverlapping
     assert nonoverlapping.endswith("| refuted |")
     assert "FIRE at 1024: not scored" in sliding and sliding.endswith("| fewer than 3 seeds |")
+
+
+def test_one_flag_reader_keeps_what_argparse_keeps():
+    """fairseq_alibi/flags.py, which the recipes, the run records and the mistakes all read through:
+    the last value wins, a switch is empty, --flag=value, several words, positionals left out."""
+    from fairseq_alibi.flags import flag_values, last_value
+
+    argv = ["data-bin", "--lr", "0.1", "--fp16", "--lr=0.2", "--lengths", "64", "128", "--max-update", "5", "--lr", "-1"]
+    assert flag_values(argv) == {"--lr": "-1", "--fp16": "", "--lengths": "64 128", "--max-update": "5"}
+    assert last_value(argv, "--max-update") == "5" and last_value(argv, "--seed", "1") == "1"
+    assert mistakes.common_mistake("train", ["--max-update", "0"], 0).startswith("--max-update must be a positive")
