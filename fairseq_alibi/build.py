@@ -23,25 +23,22 @@ def build_model(arch, vocab_size, flags=(), task="language_modeling"):
 
 def load_checkpoint(path, data, kind=None):
     """(model in eval mode, cfg, task) of a fairseq checkpoint, its task's data at `data`; a file
-    that is not one, one trained on another dictionary than data's, or (kind: a recipes.KINDS
+    that is not one, one trained on another dictionary than data's, or (kind: a checkpoints.KINDS
     value) one of another kind, stops with one line naming it and the tool that takes it (the
     evaluation scripts)."""
     import pickle
 
-    import torch
     from fairseq import checkpoint_utils
 
     from . import plugin  # noqa: F401  (the plugin's models)
-
+    from .checkpoints import NotACheckpoint, read_state, wrong_kind
     from .dictionaries import check
-    from .recipes import wrong_kind
 
     if kind:
         try:
-            state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-            other = wrong_kind(state, path, kind)
-        except Exception as error:  # noqa: BLE001  (unpickling errors have many types)
-            other = f"{path} could not be loaded as a fairseq checkpoint ({type(error).__name__})"
+            other = wrong_kind(read_state(path), path, kind)
+        except NotACheckpoint as error:
+            other = str(error)
         if other:
             raise SystemExit(f"error: {other}")
     other_dictionary = check(path, data)

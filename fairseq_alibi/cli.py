@@ -57,15 +57,16 @@ def train():
 def eval_lm():
     """fairseq-eval-lm, after checking that each --path is a causal LM (fairseq would crash on a
     masked LM or a translation model with a traceback)."""
-    import torch
-
-    from .recipes import wrong_kind
+    from .checkpoints import NotACheckpoint, read_state, wrong_kind
 
     argv = sys.argv[1:]
     paths = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--path"] + [a[7:] for a in argv if a.startswith("--path=")]
     for path in (p for joined in paths for p in joined.split(os.pathsep)):
         if os.path.isfile(path):  # a missing one: fairseq's own message
-            other = wrong_kind(torch.load(path, map_location="cpu", weights_only=False, mmap=True), path, "causal LM")
+            try:
+                other = wrong_kind(read_state(path), path, "causal LM")
+            except NotACheckpoint as error:
+                other = str(error)
             if other:
                 sys.exit(f"fairseq-alibi-eval-lm: {other}")
     refuse_common_mistakes("eval_lm")

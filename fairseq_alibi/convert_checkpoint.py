@@ -31,7 +31,7 @@ from .base import ConfigError
 from .decoder import fairseq_config
 from .files import written_whole
 from .positions import METHODS
-from .recipes import checkpoint_kind, with_article
+from .checkpoints import checkpoint_kind, with_article
 
 logger = logging.getLogger(__name__)
 

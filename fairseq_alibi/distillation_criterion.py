@@ -26,7 +26,7 @@ from fairseq.dataclass import FairseqDataclass
 
 from . import dictionaries
 from .base import ConfigError
-from .recipes import wrong_kind
+from .checkpoints import wrong_kind
 from .distillation import cross_entropy_terms, distillation_terms
 
 

@@ -97,59 +97,10 @@ def last_value(flags, name, default=None):
     return value(flags, name, default)
 
 
-def field(section, name):
-    """A config field of a dict section, or of an argparse.Namespace (RoBERTa's, the translation model's)."""
-    return section.get(name) if hasattr(section, "get") else getattr(section, name, None)
-
-
-def model_and_task(state):
-    """The model and task sections of a loaded checkpoint's config, of either form."""
-    cfg = state.get("cfg") or {"model": state.get("args"), "task": state.get("args")}
-    return cfg["model"], cfg["task"]
-
-
-def checkpoint_summary(path):
-    """(architecture, training length, updates done, the --max-update it was run with) of a fairseq
-    checkpoint."""
-    import torch
-
-    state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    model, task = model_and_task(state)
-    cfg = state.get("cfg") or {}
-    section = cfg.get("optimization") or cfg.get("model") or state.get("args")  # argparse era: all in one
-    # _name is the --arch given (arch itself only in argparse-era configs)
-    return (field(model, "arch") or field(model, "_name"), field(task, "tokens_per_sample"),
-            state["optimizer_history"][-1]["num_updates"], field(section, "max_update") if section is not None else None)
-
-
-# What a checkpoint is, from its task, and the tool that scores each kind.
-KINDS = {"language_modeling": "causal LM", "masked_lm": "masked LM", "translation": "encoder-decoder"}
-SCORED_BY = {"causal LM": "scripts/eval.sh (or fairseq-alibi-eval-lm)", "masked LM": "scripts/eval_mlm.py",
-             "encoder-decoder": "examples/synthetic/exact_match.py"}
-
-
-def checkpoint_kind(state):
-    """"causal LM", "masked LM", "encoder-decoder", or the task's own name, of a loaded checkpoint."""
-    _, task = model_and_task(state)
-    name = field(task, "_name") or field(task, "task")  # argparse-era configs: the task's name in .task
-    return KINDS.get(name, name or "unknown")
-
-
-def wrong_kind(state, path, wanted):
-    """None if the checkpoint is a `wanted` (a KINDS value), else one line naming what it is and
-    which tool takes it."""
-    if not isinstance(state, dict):
-        return f"{path} is not a fairseq checkpoint"
-    kind = checkpoint_kind(state)
-    if kind == wanted:
-        return None
-    tool = f": score it with {SCORED_BY[kind]}" if kind in SCORED_BY else ""
-    return f"{path} is {with_article(kind)} checkpoint, not {with_article(wanted)}{tool}"
-
-
-def with_article(kind):
-    """'a masked LM', 'an encoder-decoder'."""
-    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+# What a checkpoint is: the library's checkpoint inspector (fairseq_alibi/checkpoints.py), named here
+# too for the lab's callers.
+from fairseq_alibi.checkpoints import (KINDS, SCORED_BY, checkpoint_kind, checkpoint_summary, field,  # noqa: E402,F401
+                                       model_and_task, with_article, wrong_kind)
 
 
 class RunConflict(ValueError):

@@ -18,7 +18,6 @@ import argparse
 import json
 import math
 import os
-import runpy
 import sys
 import time
 
@@ -48,9 +47,9 @@ def main():
     p.add_argument("--max-tokens", type=int, default=16384, help="tokens per batch")
     p.add_argument("--fields", default="{}", help="a JSON object of fields added to each row")
     args = p.parse_args()
-    package = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_alibi")
-    provenance = runpy.run_path(os.path.join(package, "provenance.py"))
-    fields = provenance["row_fields"](args.fields)
+    from fairseq_alibi import files, provenance
+    from fairseq_alibi.checkpoints import checkpoint_summary as summary
+    fields = provenance.row_fields(args.fields)
 
     lengths = args.lengths.split()
     if not lengths or not all(x.isdigit() and int(x) >= 2 for x in lengths):
@@ -63,8 +62,7 @@ def main():
         fail(f"no checkpoint at {args.checkpoint}")
     if not os.path.isfile(os.path.join(args.data, f"{args.split}.idx")):
         fail(f"{args.data} has no {args.split} split (a directory made by fairseq-preprocess)")
-    files = runpy.run_path(os.path.join(package, "files.py"))
-    files["require_appendable"](args.out)
+    files.require_appendable(args.out)
 
     import torch
     import torch.nn.functional as F
@@ -95,9 +93,8 @@ def main():
              "nothing recorded; score it up to its table's length")
     if not masked.any():
         fail(f"--mask-prob {args.mask_prob} masks no token of the {args.split} split: nothing to score")
-    summary = runpy.run_path(os.path.join(package, "recipes.py"))["checkpoint_summary"]
     recorded = {"seed": getattr(cfg.common, "seed", None), "updates": summary(args.checkpoint)[2],
-                "commit": provenance["commit"](), "machine": provenance["machine"](), **fields}
+                "commit": provenance.commit(), "machine": provenance.machine(), **fields}
     scored = []  # written when every length is scored: a failure records nothing
     for l_valid in map(int, lengths):
         start = time.time()
@@ -131,7 +128,7 @@ def main():
             fail(f"perplexity {row['perplexity']} for {args.checkpoint} at L_valid {l_valid}: its weights hold "
                  "NaN or inf (a diverged run?); nothing recorded")
         scored.append(row)
-    files["append_lines"](args.out, [json.dumps(row) for row in scored])
+    files.append_lines(args.out, [json.dumps(row) for row in scored])
     for row in scored:
         print(json.dumps(row), flush=True)
 

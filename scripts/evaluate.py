@@ -33,7 +33,7 @@ import time
 import traceback
 
 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from fairseq_alibi import dictionaries, files, provenance, recipes  # noqa: E402  (results rows, stride rules; no fairseq)
+from fairseq_alibi import checkpoints, dictionaries, files, provenance  # noqa: E402  (results rows, stride rules; no fairseq)
 from fairseq_alibi.methods import SCALINGS  # noqa: E402  (the registry's; no fairseq import)
 
 
@@ -44,14 +44,11 @@ def fail(message):
 def trained(checkpoint, user_overrides):
     """(model name, training length, whether its config has the method's scaling fields, updates,
     seed) from the checkpoint's config; user_overrides (a dict's text) checked against it."""
-    import torch
-
     try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
-        assert isinstance(state, dict) and ("cfg" in state or "args" in state)
-    except Exception:
+        state = checkpoints.read_state(checkpoint)
+    except checkpoints.NotACheckpoint:
         fail(f"{checkpoint} is not a fairseq checkpoint")
-    other = recipes.wrong_kind(state, checkpoint, "causal LM")  # a masked LM, a translation model
+    other = checkpoints.wrong_kind(state, checkpoint, "causal LM")  # a masked LM, a translation model
     if other:
         fail(other)
     try:

@@ -39,7 +39,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from fairseq_alibi import files, methods, provenance, recipes  # noqa: E402  (no fairseq import)
+from fairseq_alibi import checkpoints, files, methods, provenance, recipes  # noqa: E402  (no fairseq import)
 exact_match = runpy.run_path(os.path.join(REPO, "examples", "synthetic", "exact_match.py"))
 append_lines, read_rows, row_key, measurement, stride_of = (
     getattr(files, name) for name in ("append_lines", "read_rows", "row_key", "measurement", "stride"))
@@ -283,7 +283,7 @@ class Runner:
     def evaluate(self, model, checkpoint):
         """Score what is missing from the results, in one scripts/eval.sh process per scoring (where
         only some is missing, the lengths, strides and scalings it spans are all scored again)."""
-        missing = self.missing(model, checkpoint, recipes.checkpoint_summary(checkpoint)[2])
+        missing = self.missing(model, checkpoint, checkpoints.checkpoint_summary(checkpoint)[2])
         for label, flags in self.scorings(model):
             if missing[label]:
                 self.score(label, checkpoint, missing[label], flags)

@@ -50,7 +50,7 @@ def main():
     import fairseq_alibi.plugin  # noqa: F401  (registers the models)
     from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint
-    from fairseq_alibi.recipes import checkpoint_summary
+    from fairseq_alibi.checkpoints import checkpoint_summary
 
     model, cfg, task = load_checkpoint(args.checkpoint, args.data, kind="encoder-decoder")
     with open(args.buckets) as f:
