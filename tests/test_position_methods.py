@@ -340,3 +340,22 @@ def test_every_registered_method_appears_wherever_methods_are_listed():
         assert method in compared, method
         assert any(name == method or name.startswith(f"{method}_") for name in METHODS), method
         assert all(f"| `{method}` |" in page for page in documented), method
+
+
+@pytest.mark.parametrize("method", ["alibi", "fox", "rotary"])
+def test_the_cache_reordered_as_beam_search_does_equals_the_full_forward(method):
+    """Beam search reorders the cache between steps (fairseq's reorder_incremental_state): what a
+    method keeps per key (FoX: its cumulated gates) follows its row."""
+    m, d = model(method)
+    perturb(m)
+    tokens = random_tokens(len(d), 3, 16)
+    order = torch.tensor([2, 0, 0])
+    with torch.no_grad():
+        state = {}
+        for t in range(8):
+            m(tokens[:, : t + 1], incremental_state=state)
+        m.decoder.reorder_incremental_state_scripting(state, order)
+        reordered = tokens[order]
+        steps = [m(reordered[:, : t + 1], incremental_state=state)[0] for t in range(8, 16)]
+        expected = m(reordered)[0][:, 8:]
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, rtol=1e-5, atol=1e-5)
