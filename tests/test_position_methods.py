@@ -359,3 +359,17 @@ def test_the_cache_reordered_as_beam_search_does_equals_the_full_forward(method)
         steps = [m(reordered[:, : t + 1], incremental_state=state)[0] for t in range(8, 16)]
         expected = m(reordered)[0][:, 8:]
     torch.testing.assert_close(torch.cat(steps, dim=1), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_math_positions_and_kernels_import_without_fairseq():
+    """The library apart from fairseq: importing the registries (and the lab's shared modules)
+    loads torch, not fairseq; `import fairseq_alibi.plugin` registers the models."""
+    import subprocess
+    import sys
+
+    code = ("import sys, fairseq_alibi.positions, fairseq_alibi.kernels, fairseq_alibi.methods, fairseq_alibi.recipes, "
+            "fairseq_alibi.checkpoints, fairseq_alibi.files; assert 'fairseq' not in sys.modules, 'fairseq imported'; "
+            "import fairseq_alibi.plugin; from fairseq.models import ARCH_MODEL_REGISTRY; "
+            "assert 'fox_transformer_lm_small' in ARCH_MODEL_REGISTRY")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
