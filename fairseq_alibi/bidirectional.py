@@ -62,7 +62,7 @@ def one_sided_bias(slopes: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor
 
 class EncoderAlibi(PositionMethod):
     """One variant's parameters (if any) and its bias for given positions: a position method
-    (positions.py's interface) for encoders, registered as `alibi` (checkpoint keys *.alibi.*)."""
+    (positions/'s interface) for encoders, registered as `alibi` (checkpoint keys *.alibi.*)."""
 
     name = "alibi"
 

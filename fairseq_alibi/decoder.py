@@ -1,6 +1,6 @@
 """The causal decoder and language model of every position method of the plugin.
 
-One decoder class (PositionDecoder) holds its position method (positions.py; built and checked
+One decoder class (PositionDecoder) holds its position method (positions/; built and checked
 by factory.causal_positions) and, before the layer loop, builds from the current lengths one
 AttentionBias for every layer (attention.attention_bias): the method's bias with the causal mask
 folded in, the rotation of queries and keys, or a kernel that adds the bias itself. So any batch
@@ -204,7 +204,7 @@ DOCUMENT_SEPARATOR_HELP = (
     "another document and positions count from each document's start; at evaluation set or "
     "drop it with --model-overrides \"{'document_separator': None}\"")
 ATTENTION_KERNEL_HELP = (
-    "attention kernel (kernels.py): sdpa (PyTorch, dense mask), flash (FlashAttention-2 >= 2.4, GPU, "
+    "attention kernel (kernels/): sdpa (PyTorch, dense mask), flash (FlashAttention-2 >= 2.4, GPU, "
     "fp16/bf16, ALiBi or no bias), flex (FlexAttention, ALiBi or no bias), blocked (CPU, no T x S mask; "
     "ALiBi, T5 bias at evaluation, any bias with packed documents), auto (flash where it can run, else "
     "blocked on CPU for inputs longer than 512 tokens, else sdpa); at evaluation set it with --model-overrides")

@@ -1,6 +1,5 @@
 """A file written whole or not at all: the one way our tools write what a user keeps (results,
-tables, checkpoints, dictionaries). Plain Python, no torch or fairseq, so that scripts load it by
-path (runpy) without starting the package.
+tables, checkpoints, dictionaries). Plain Python, no torch or fairseq.
 """
 import contextlib
 import json

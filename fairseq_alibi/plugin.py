@@ -1,7 +1,7 @@
 """Registers the plugin's fairseq models, architectures and criterion (`import fairseq_alibi.plugin`;
 `--user-dir fairseq_alibi` does it through the package's __init__). Only this, and the modules it
 imports, import fairseq: the math (alibi, rotary, t5_bias, bidirectional, littlebird), the position
-methods (positions/) and the kernels (kernels.py) need torch alone."""
+methods (positions/) and the kernels (kernels/) need torch alone."""
 import argparse
 
 import numpy as np

@@ -1,5 +1,5 @@
 """Where a result came from: the code's commit and the machine. Plain Python (torch only if it
-is already loaded), no import of the package, so that light scripts read it with `runpy`."""
+is already loaded)."""
 import os
 import platform
 import subprocess

@@ -1,7 +1,6 @@
 """The training recipes by name, and what "a finished run" means: one definition, read by
-scripts/train.sh (through this file's command line) and scripts/experiment.py (`runpy`), so
-neither copies them. Plain Python (torch only to read a checkpoint), no import of the package,
-which would load fairseq.
+scripts/train.sh (through this file's command line) and scripts/experiment.py (an import), so
+neither copies them. Plain Python (torch only to read a checkpoint); no fairseq.
 
     python3 fairseq_alibi/recipes.py flags PRESET L WORKERS [UPDATES]
                                          the recipe's fairseq-train flags (for UPDATES updates), NUL-separated

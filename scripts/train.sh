@@ -20,10 +20,9 @@ set -euo pipefail
 # The methods and their inference-only flags: one definition, the registry (fairseq_alibi/methods.py
 # reads it; torch, no fairseq).
 { read -r -a methods; read -r -a inference_only; } < <(python3 -c '
-import runpy, sys
-names = runpy.run_path(sys.argv[1])
-print(*names["CAUSAL_METHODS"]); print(*(flag for flags in names["INFERENCE_ONLY"].values() for flag in flags))
-' "$(dirname "$0")/../fairseq_alibi/methods.py")
+from fairseq_alibi.methods import CAUSAL_METHODS, INFERENCE_ONLY
+print(*CAUSAL_METHODS); print(*(flag for flags in INFERENCE_ONLY.values() for flag in flags))
+')
 usage="usage: scripts/train.sh $(IFS='|'; echo "${methods[*]}")|sinusoidal L DATA SAVE_DIR [wiki103|small] [-- flags]"
 case ${1:-} in -h|--help) source "$(dirname "$0")/usage.sh"; script_help "$0"; echo "$usage"; exit 0 ;; esac
 [ $# -ge 4 ] || { echo "$usage" >&2; exit 2; }

@@ -20,8 +20,7 @@ import numpy as np
 from fairseq.data import Dictionary, data_utils
 
 LABEL = "Unigram (add-one)"
-PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fairseq_alibi")
-files = runpy.run_path(os.path.join(PACKAGE, "files.py"))  # results rows: read, keyed, appended
+from fairseq_alibi import files, provenance  # noqa: E402  (results rows: read, keyed, appended; no fairseq)
 
 
 def counts(dictionary, data, split, masked=None):
@@ -65,10 +64,10 @@ def check(args):
     for rule in args.strides.split():
         if not (rule.isdigit() or (rule.startswith("/") and rule[1:].isdigit() and int(rule[1:]) > 0)):
             raise SystemExit(f"error: --strides takes 0, a positive integer or /K (K > 0), got '{rule}'")
-    args.fields = runpy.run_path(os.path.join(PACKAGE, "provenance.py"))["row_fields"](args.fields)  # a dict from here on
+    args.fields = provenance.row_fields(args.fields)  # a dict from here on
     if args.masked_lm and not 0 < args.mask_prob < 1:
         raise SystemExit(f"error: --mask-prob must be between 0 and 1, got {args.mask_prob}")
-    files["require_appendable"](args.out)
+    files.require_appendable(args.out)
 
 
 def main():
@@ -92,27 +91,26 @@ def main():
     if longest > split_tokens:  # as eval.sh: no row for a length nothing was scored at
         raise SystemExit(f"error: L_valid {longest} is longer than the {args.split} split ({split_tokens} tokens): "
                          f"nothing recorded; use lengths up to {split_tokens}")
-    have = {files["row_key"](r) for r in files["read_rows"](args.out) if r.get("model") == "unigram"}
+    have = {files.row_key(r) for r in files.read_rows(args.out) if r.get("model") == "unigram"}
     wanted = []  # (L_valid, stride, its rule) of the rows OUT lacks; no stride > L_valid (nor in eval.sh)
     for l_valid in map(int, args.lengths.split()):
         for rule in args.strides.split():
-            stride, stride_rule = files["stride"](rule, l_valid)
-            if stride <= l_valid and files["measurement"](LABEL, None, None, l_valid, stride_rule, "none", args.split) not in have:
+            stride, stride_rule = files.stride(rule, l_valid)
+            if stride <= l_valid and files.measurement(LABEL, None, None, l_valid, stride_rule, "none", args.split) not in have:
                 wanted.append((l_valid, stride, stride_rule))
     if not wanted:
         print(f"{LABEL}: {args.out} already holds these rows")
         return
     masked = (args.mask_prob, args.seed) if args.masked_lm else None
     ppl, tokens = perplexity(args.data, args.split, masked)
-    provenance = runpy.run_path(os.path.join(PACKAGE, "provenance.py"))
     mask_fields = {"masked_tokens": tokens, "mask_prob": args.mask_prob, "mask_seed": args.seed} if masked else {}
     rows = [json.dumps({
         "checkpoint": None, "label": LABEL, "model": "unigram", "train_length": None, "updates": None,
         "split": args.split, "l_valid": l_valid, "stride": stride, "stride_rule": stride_rule, "scaling": "none",
         "scaling_factor": None, "loss_base2": math.log2(ppl), "perplexity": ppl, "tokens": tokens,
-        "seed": None, "commit": provenance["commit"](), "machine": provenance["machine"](), **mask_fields,
+        "seed": None, "commit": provenance.commit(), "machine": provenance.machine(), **mask_fields,
         **args.fields}) for l_valid, stride, stride_rule in wanted]
-    files["append_lines"](args.out, rows)
+    files.append_lines(args.out, rows)
     print(f"{LABEL}: perplexity {ppl:.2f} on {tokens} {'masked ' if masked else ''}{args.split} tokens")
 
 

@@ -1,4 +1,4 @@
-"""Every causal position method (positions.py) against its formula written out naively, and its
+"""Every causal position method (positions/) against its formula written out naively, and its
 model's invariances: any batch equals each row alone, the cache equals the full forward past the
 training length, no logit reads a later token, heads that are not a power of 2, gradients into
 learned parameters, and one-line refusals at build. Rotary's scalings against their formulas."""
