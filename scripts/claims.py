@@ -43,6 +43,14 @@ CLAIMS = (
     Claim("YaRN closes rotary's gap past L (rotary + YaRN at 16L no worse than ALiBi)", ("Rotary + YaRN", 16),
           ("ALiBi", 16), "at most"),
     Claim("YaRN improves rotary past L", ("Rotary + YaRN", 16), ("Rotary", 16), "lower"),
+    # The paper (section 3) tried trainable slopes and kept fixed ones: learning them does not help.
+    Claim("Learned slopes do not help (ALiBi at L no worse than ALiBi with learned slopes)", ("ALiBi", 1),
+          ("ALiBi, learned slopes", 1), "at most"),
+    Claim("Learned slopes do not help past L (ALiBi at 16L no worse than learned slopes)", ("ALiBi", 16),
+          ("ALiBi, learned slopes", 16), "at most"),
+    # FoX's paper: the forget gate (data-dependent ALiBi) models language better and extrapolates.
+    Claim("FoX's forget gate improves on ALiBi at L", ("FoX (forget gate)", 1), ("ALiBi", 1), "lower"),
+    Claim("FoX's forget gate extrapolates better than ALiBi", ("FoX (forget gate)", 16), ("ALiBi", 16), "lower"),
 )
 SEEDS = 3
 
