@@ -186,7 +186,8 @@ class RelativeSelfAttention(MultiheadAttention):
             if mask is None:
                 mask = (causal_mask(tgt_len, k.size(2), torch.float32, q.device) if bias.causal
                         else q.new_zeros(1, 1, tgt_len, k.size(2), dtype=torch.float32))
-            mask = (mask.float() + extra).to(q.dtype)
+            # In place where no gradient needs extra (one full-size tensor less); the same sum.
+            mask = (extra.add_(mask) if not extra.requires_grad else mask.float() + extra).to(q.dtype)
         if saved_state is not None:
             self._set_input_buffer(incremental_state, saved_state)
         dropout = self.dropout_module.p if self.training else 0.0

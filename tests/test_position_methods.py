@@ -373,3 +373,16 @@ def test_the_math_positions_and_kernels_import_without_fairseq():
             "assert 'fox_transformer_lm_small' in ARCH_MODEL_REGISTRY")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_fox_evaluates_long_inputs_in_blocks_of_rows_with_the_same_bias(monkeypatch):
+    """Without gradients FoX's c_i - c_j is made a block of query rows at a time: the same logits."""
+    from fairseq_alibi.positions.fox import ForgetGate
+
+    m, d = model("fox")
+    perturb(m)
+    tokens = random_tokens(len(d), 2, 40)
+    with torch.no_grad():
+        whole = m(tokens)[0]
+        monkeypatch.setattr(ForgetGate, "CHUNK_PAIRS", 40 * 7)  # blocks of 7 rows
+        torch.testing.assert_close(m(tokens)[0], whole, rtol=0, atol=0)

@@ -59,10 +59,21 @@ class ForgetGate(LayerBias):
             log_f = log_f.masked_fill(padding[:, None, -x.size(0):], 0.0)
         return log_f
 
+    # Without gradients c_i - c_j is computed in blocks of query rows of at most this many (query,
+    # key) pairs per row of the batch and head, each block cast to fp32 as it is made: the fp64
+    # difference never exists whole (the same values as in one piece).
+    CHUNK_PAIRS = 2**20
+
     def forward(self, x, q, k, padding, state):
         query_len = x.size(0)
         cumulative = self.log_gates(x, padding).double().cumsum(-1)
         if state is not None:  # the cached keys' c, then the new tokens' from the last of them
             cumulative = torch.cat([state, state[..., -1:] + cumulative], dim=-1)
-        bias = cumulative[..., -query_len:, None] - cumulative[..., None, :]  # c_i - c_j
-        return bias.float(), cumulative
+        queries, keys = cumulative[..., -query_len:, None], cumulative[..., None, :]
+        rows = max(1, self.CHUNK_PAIRS // cumulative.size(-1))
+        if torch.is_grad_enabled() or query_len <= rows:
+            return (queries - keys).float(), cumulative  # c_i - c_j
+        bias = torch.empty(*queries.shape[:-1], keys.size(-1), dtype=torch.float32, device=x.device)
+        for start in range(0, query_len, rows):
+            bias[..., start:start + rows, :] = queries[..., start:start + rows, :] - keys
+        return bias, cumulative
