@@ -1,10 +1,10 @@
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="fairseq-alibi",
     version="0.1.0",
     description="ALiBi (Train Short, Test Long) as a fairseq plugin",
-    packages=["fairseq_alibi"],
+    packages=find_packages(include=["fairseq_alibi", "fairseq_alibi.*"]),  # positions/, kernels/ too
     python_requires=">=3.10",  # torch 2.13.0, the pinned CPU wheel, has none older
     install_requires=[
         # torch 2.13.0 is what CI and the README install first; any torch 2.x that fairseq accepts works.
