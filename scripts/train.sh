@@ -80,9 +80,9 @@ elif [ "${SLURM_NTASKS:-1}" -gt 1 ]; then
   launcher=(--distributed-world-size "$SLURM_NTASKS" --distributed-port "${MASTER_PORT:-29500}")
 fi
 
-# The recipe by name (fairseq_alibi/recipes.py, the experiment runner's too).
+# The recipe by name (fairseq_alibi_lab/recipes.py, the experiment runner's too).
 workers=$(( world > 0 ? world : 1 ))
-mapfile -d '' recipe < <(python3 "$here/fairseq_alibi/recipes.py" flags "$preset" "$length" "$workers") \
+mapfile -d '' recipe < <(python3 -m fairseq_alibi_lab.recipes flags "$preset" "$length" "$workers") \
   && [ ${#recipe[@]} -gt 0 ] || exit 1
 
 # Mistakes fairseq would answer with a traceback or a run without end (--fp16 without a GPU,
@@ -118,7 +118,7 @@ fi
 run_flags=("${model[@]}" "${recipe[@]}" "$@" "${schedule[@]}")  # what the run learns with (recipes.RUN_FLAGS)
 other_ok=()
 [ "${CONTINUE_RUN:-0}" = 1 ] && other_ok=(--other-ok)
-read -r state done_updates < <(python3 "$here/fairseq_alibi/recipes.py" status "$save_dir" "$arch" "$length" \
+read -r state done_updates < <(python3 -m fairseq_alibi_lab.recipes status "$save_dir" "$arch" "$length" \
   "$max_update" "${other_ok[@]}" -- "${run_flags[@]}" || echo failed)
 [ "$state" != failed ] || exit 1
 if [ "$state" = finished ]; then
@@ -130,7 +130,7 @@ fi
 # fine-tuning on another corpus's dictionary is then refused (fairseq_alibi/dictionaries.py).
 python3 "$here/fairseq_alibi/dictionaries.py" keep "$data" "$save_dir" || exit 1
 if [ "$state" = new ] && [ "$rank" = 0 ]; then
-  python3 "$here/fairseq_alibi/recipes.py" record "$save_dir" -- "${run_flags[@]}"
+  python3 -m fairseq_alibi_lab.recipes record "$save_dir" -- "${run_flags[@]}"
 fi
 finetune_from=$(flag_value --finetune-from-model "$@")
 if [ -n "$finetune_from" ]; then

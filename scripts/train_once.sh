@@ -3,7 +3,7 @@
 #
 #   scripts/train_once.sh SAVE_DIR NAME -- fairseq-train DATA --save-dir SAVE_DIR ...
 #
-# A finished run (its checkpoint_last.pt reached the command's --max-update: fairseq_alibi/recipes.py,
+# A finished run (its checkpoint_last.pt reached the command's --max-update: fairseq_alibi_lab/recipes.py,
 # the one definition train.sh uses too) is left as it is; otherwise the command runs (fairseq resumes
 # from SAVE_DIR/checkpoint_last.pt). A SAVE_DIR holding a run started with other flags is refused.
 # Its log is appended to SAVE_DIR/train.log, its wall time and peak memory to
@@ -29,10 +29,9 @@ mkdir -p "$save"
 # One trainer per save directory, for the run's lifetime (fairseq-train inherits the lock).
 exec 9>>"$save/.train.lock"
 flock -n 9 || { echo "error: another training is running on $save (it holds $save/.train.lock): wait for it, or give another directory" >&2; exit 1; }
-recipes=$here/../fairseq_alibi/recipes.py
-read -r state _ < <(python3 "$recipes" status "$save" - - "$max_update" -- "$@" || echo failed)
+read -r state _ < <(python3 -m fairseq_alibi_lab.recipes status "$save" - - "$max_update" -- "$@" || echo failed)
 [ "$state" != failed ] || exit 1
-[ "$state" != new ] || python3 "$recipes" record "$save" -- "$@"
+[ "$state" != new ] || python3 -m fairseq_alibi_lab.recipes record "$save" -- "$@"
 if [ "$state" = finished ]; then
   echo "== $save is already trained: leaving it as it is"
   exit 0

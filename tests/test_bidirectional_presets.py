@@ -19,7 +19,7 @@ ENCODER_TOY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-
 def test_masked_lm_presets_toy_run_seeds_floor_and_shared_checkpoints(wt2_slice, tmp_path):
     """examples/wikitext2/mlm.sh (scripts/experiment.py mlm) at toy size: an ALiBi encoder with two
     seeds and the learned-position twin (fairseq's own encoder), trained through train_once.sh on
-    the masked_lm recipe (fairseq_alibi/recipes.py), scored by eval_mlm.py on its one fixed mask at L
+    the masked_lm recipe (fairseq_alibi_lab/recipes.py), scored by eval_mlm.py on its one fixed mask at L
     and 4L with the masked unigram floor; the table is mean ± std over the seeds. Then
     littlebird.sh on the same checkpoints: LittleBird trained, the dense encoder's finished run
     scored, not retrained. (Reruns, resumption: the causal runner test, the same code.)"""
@@ -292,12 +292,10 @@ def test_unigram_floor_against_the_raw_text_by_hand(wt2_slice, tmp_path):
     (["{data}", "{out}", "--lengths", "64 10000000"], "L_valid 10000000 is longer than the valid split"),
 ])
 def test_unigram_refuses_bad_arguments_in_one_line_before_writing(wt2_slice, tmp_path, monkeypatch, args, message):
-    import runpy
-
-    unigram = runpy.run_path(os.path.join(REPO, "scripts", "unigram.py"))
+    from fairseq_alibi_lab import unigram
     out = tmp_path / "u.jsonl"
     argv = [a.format(missing=tmp_path / "none", data=wt2_slice, out=out) for a in args]
     monkeypatch.setattr("sys.argv", ["unigram.py", *argv])
     with pytest.raises(SystemExit, match=re.escape(message)):
-        unigram["main"]()
+        unigram.main()
     assert os.listdir(tmp_path) == []

@@ -1,5 +1,5 @@
 """The hydra configs (configs/*.yaml, for fairseq-hydra-train) are the paper's recipe as
-scripts/train.sh runs it (fairseq_alibi/recipes.py's wiki103 on 8 GPUs): each YAML, turned into
+scripts/train.sh runs it (fairseq_alibi_lab/recipes.py's wiki103 on 8 GPUs): each YAML, turned into
 command-line flags and parsed by fairseq's own parser, gives the same configuration, field for
 field and default for default, as train.sh's flags."""
 import os
@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import REPO
-from fairseq_alibi.recipes import recipe
+from fairseq_alibi_lab.recipes import recipe
 
 # What only the YAML or only train.sh sets, and why it may differ.
 NOT_COMPARED = {

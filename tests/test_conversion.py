@@ -342,9 +342,7 @@ def test_distillation_training_saves_no_teacher_and_resumes(sinusoidal_checkpoin
 
 
 def test_recovery_curve_scores_the_from_scratch_run_sparsely_before_the_fine_tuning_window(tmp_path):
-    import runpy
-    recovery_checkpoints = runpy.run_path(os.path.join(REPO, "examples", "wikitext2", "score_conversion.py"))[
-        "recovery_checkpoints"]
+    from fairseq_alibi_lab.score_conversion import recovery_checkpoints
     for updates in range(10, 170, 10):  # a from-scratch run of 160 updates, one kept every 10; the teacher's 120
         (tmp_path / f"checkpoint_{updates // 50 + 1}_{updates}.pt").touch()
     (tmp_path / "checkpoint_last.pt").touch()

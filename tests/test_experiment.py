@@ -1,9 +1,8 @@
-"""The experiment layer without training: recipes and "finished" (fairseq_alibi/recipes.py), the
+"""The experiment layer without training: recipes and "finished" (fairseq_alibi_lab/recipes.py), the
 declarations (scripts/experiment.py), and the seed statistics of the tables (scripts/results.py)."""
 import json
 import os
 import re
-import runpy
 import statistics
 import sys
 
@@ -12,9 +11,10 @@ import torch
 
 from conftest import REPO
 
-from fairseq_alibi import dictionaries, files, methods, mistakes, recipes  # noqa: E402
-experiment = runpy.run_path(os.path.join(REPO, "scripts", "experiment.py"))
-results = runpy.run_path(os.path.join(REPO, "scripts", "results.py"))
+from fairseq_alibi import dictionaries, files, methods, mistakes  # noqa: E402
+from fairseq_alibi_lab import recipes  # noqa: E402
+from fairseq_alibi_lab import results  # noqa: E402
+from fairseq_alibi_lab import runner as experiment  # noqa: E402
 
 
 def fake_checkpoint(path, arch="alibi_transformer_lm_small", length=64, updates=10):
@@ -89,8 +89,8 @@ def test_recipes_are_written_once_and_read_by_train_sh():
 
 
 def test_declared_experiments_name_known_methods_once():
-    for name, declared in experiment["EXPERIMENTS"].items():
-        runs = [(experiment["slug"](m.label), m.train_multiple) for m in declared.models]  # one save directory each
+    for name, declared in experiment.EXPERIMENTS.items():
+        runs = [(experiment.slug(m.label), m.train_multiple) for m in declared.models]  # one save directory each
         assert len(set(runs)) == len(runs), name
         for model in declared.models:
             known = {"masked_lm": ("alibi_roberta_small", "littlebird_roberta_small"),
@@ -98,7 +98,7 @@ def test_declared_experiments_name_known_methods_once():
                 declared.recipe, (*methods.CAUSAL_METHODS, "sinusoidal"))
             assert model.method in known, (name, model)
         assert recipes.recipe(declared.recipe, declared.train_length)
-    comparison = experiment["EXPERIMENTS"]["comparison"]
+    comparison = experiment.EXPERIMENTS["comparison"]
     assert len(comparison.models) >= 8 and len(comparison.seeds) >= 3 and set(comparison.strides) == {"0", "/2"}
 
 
@@ -118,15 +118,15 @@ def test_tables_give_mean_and_sample_std_over_seeds_with_n(tmp_path):
     rows = [row("ALiBi", seed, 64, ppl) for seed, ppl in values.items()]
     rows += [row("ALiBi", seed, 128, ppl + 1) for seed, ppl in values.items() if seed != 3]  # one seed missing there
     rows += [row("NoPE", 1, 64, 300.0), row("NoPE", 1, 64, 301.0)]  # a rerun of the same run: the last wins
-    (l_valids, lines), = results["tables"](results["load"]([write_rows(tmp_path / "r.jsonl", rows)])).values()
+    (l_valids, lines), = results.tables(results.load([write_rows(tmp_path / "r.jsonl", rows)])).values()
     assert l_valids == [64, 128]
     assert sorted(lines[("ALiBi", 64)][64]) == sorted(values.values()) and lines[("NoPE", 64)][64] == [301.0]
-    table = results["markdown"](l_valids, lines)
+    table = results.markdown(l_valids, lines)
     mean, std = statistics.mean(values.values()), statistics.stdev(values.values())
     assert f"| ALiBi 64 | 3 | {mean:.2f} ± {std:.2f} | " in table
     assert f"{statistics.mean([201.0, 211.0]):.2f} ± {statistics.stdev([201.0, 211.0]):.2f} (n=2) |" in table
     assert "| NoPE 64 | 1 | 301.00 |  |" in table
-    results["write_tables"](results["load"]([str(tmp_path / "r.jsonl")]), str(tmp_path / "t"))
+    results.write_tables(results.load([str(tmp_path / "r.jsonl")]), str(tmp_path / "t"))
     header, alibi = (tmp_path / "t" / "table_valid_stride0.csv").read_text().splitlines()[:2]
     assert header == "method,train_length,64,128,std_64,std_128,n_64,n_128"
     assert [float(x) for x in alibi.split(",")[2:]] == pytest.approx([mean, 206.0, std, statistics.stdev([201.0, 211.0]), 3, 2])
@@ -134,11 +134,11 @@ def test_tables_give_mean_and_sample_std_over_seeds_with_n(tmp_path):
 
 def test_two_runs_with_one_label_and_seed_are_not_taken_for_two_seeds(tmp_path):
     rows = [row("ALiBi", 1, 64, 200.0, "a/x/checkpoint_last.pt"), row("ALiBi", 1, 64, 250.0, "b/y/checkpoint_last.pt")]
-    (_, lines), = results["tables"](results["load"]([write_rows(tmp_path / "r.jsonl", rows)])).values()
+    (_, lines), = results.tables(results.load([write_rows(tmp_path / "r.jsonl", rows)])).values()
     assert sorted(lines) == [("ALiBi (x/checkpoint_last.pt)", 64), ("ALiBi (y/checkpoint_last.pt)", 64)]
     # paths alike in their last two parts are told apart by as many parts as it takes
     rows = [row("ALiBi", 1, 64, 200.0, "a/lm/checkpoint_last.pt"), row("ALiBi", 1, 64, 250.0, "b/lm/checkpoint_last.pt")]
-    (_, lines), = results["tables"](results["load"]([write_rows(tmp_path / "s.jsonl", rows)])).values()
+    (_, lines), = results.tables(results.load([write_rows(tmp_path / "s.jsonl", rows)])).values()
     assert lines == {("ALiBi (a/lm/checkpoint_last.pt)", 64): {64: [200.0]}, ("ALiBi (b/lm/checkpoint_last.pt)", 64): {64: [250.0]}}
 
 
@@ -271,10 +271,10 @@ def test_the_documents_experiment_scores_every_model_with_its_articles_apart_and
     import argparse
     import ast
 
-    declared = experiment["EXPERIMENTS"]["documents"]
+    declared = experiment.EXPERIMENTS["documents"]
     args = argparse.Namespace(train_length=None, seeds=None, updates=None, lengths=None, out=None, checkpoints=None,
                               models=None)
-    runner = experiment["Runner"]("documents", declared, args)
+    runner = experiment.Runner("documents", declared, args)
     assert declared.documents and {m.method for m in declared.models} == {"alibi", "rotary"}
     apart = [m for m in declared.models if "--document-separator" in m.flags]
     assert len(apart) == 2 and all(m.flags[m.flags.index("--document-separator") + 1] == "<doc>" for m in apart)
@@ -284,8 +284,8 @@ def test_the_documents_experiment_scores_every_model_with_its_articles_apart_and
         overrides = {label: ast.literal_eval(flags[1]) for label, flags in scorings.items()}
         assert overrides[f"{model.label}, scored apart"] == {"document_separator": "<doc>"}
         assert overrides[f"{model.label}, scored packed"] == {"document_separator": None}
-    main = experiment["Runner"]("main", experiment["EXPERIMENTS"]["main"], args)
-    assert main.scorings(experiment["EXPERIMENTS"]["main"].models[0]) == [("Sinusoidal", [])]
+    main = experiment.Runner("main", experiment.EXPERIMENTS["main"], args)
+    assert main.scorings(experiment.EXPERIMENTS["main"].models[0]) == [("Sinusoidal", [])]
 
 
 def test_one_trainer_per_save_directory_and_a_stopped_one_leaves_no_orphan(tmp_path):
@@ -439,7 +439,7 @@ def test_tables_refuse_a_line_that_is_not_a_scored_row_in_one_line(tmp_path, lin
     path = tmp_path / "r.jsonl"
     path.write_text(good + "\n" + line + "\n")
     with pytest.raises(SystemExit, match=re.escape(f"{path} line 2 {message}")):
-        results["load"]([str(path)])
+        results.load([str(path)])
 
 
 def test_tables_refuse_masked_token_and_causal_perplexities_together_and_write_nothing(tmp_path):
@@ -460,7 +460,7 @@ def test_a_stride_rule_means_one_stride_and_one_row_name_wherever_it_is_read():
     stride = files.stride
     assert [stride(rule, 100) for rule in ("0", "32", "/2", "/3")] == [
         (0, "0"), (32, "32"), (50, "L_valid/2"), (33, "L_valid/3")]
-    plan = runpy.run_path(os.path.join(REPO, "scripts", "evaluate.py"))["plan"]
+    from fairseq_alibi_lab.evaluate import plan
     jobs, skipped = plan("alibi_transformer_lm", 64, [64, 100], ["0", "/3", "80"], ["none"], "")
     assert [(l_valid, s, rule, context) for l_valid, s, rule, context, *_ in jobs] == [
         (64, 0, "0", 0), (64, 21, "L_valid/3", 43), (100, 0, "0", 0), (100, 33, "L_valid/3", 67), (100, 80, "80", 20)]
@@ -525,9 +525,9 @@ def test_the_runners_children_yield_as_the_runner_does_under_nice():
     each a new scheduling group where the process's nice would not count; the group gets it."""
     import subprocess
 
-    code = ("import runpy, subprocess, sys; e = runpy.run_path('scripts/experiment.py'); "
+    code = ("import subprocess, sys; import fairseq_alibi_lab.runner as e; "
             "p = subprocess.Popen(['sleep', '5'], start_new_session=True)\n"
-            "with e['stopped_together'](p): print(open(f'/proc/{p.pid}/autogroup').read()); p.kill()")
+            "with e.stopped_together(p): print(open(f'/proc/{p.pid}/autogroup').read()); p.kill()")
     shown = subprocess.run(["nice", "-n", "7", sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     expected = min(os.nice(0) + 7, 19)  # nice adds to the niceness it is run with (a test run under nice, say)
     assert shown.returncode == 0 and shown.stdout.strip().endswith(f"nice {expected}"), shown.stderr[-500:]
@@ -536,8 +536,8 @@ def test_the_runners_children_yield_as_the_runner_does_under_nice():
 def test_claims_verdicts_against_the_spread_written_out(tmp_path):
     """scripts/claims.py: a claim is separated when the means differ by more than the two sample
     standard deviations together, and needs 3 seeds a side; from rows as the runner writes them."""
-    claims = runpy.run_path(os.path.join(REPO, "scripts", "claims.py"))
-    verdict = claims["verdict"]
+    from fairseq_alibi_lab import claims
+    verdict = claims.verdict
     assert verdict([1, 2, 3], [10, 11, 12], "lower") == "supported"  # |diff| 9 > 1 + 1
     assert verdict([10, 11, 12], [1, 2, 3], "lower") == "refuted"
     assert verdict([1, 2, 3], [2.9, 3.0, 3.1], "lower") == "not separated"  # |diff| 1 <= 1 + 0.1
@@ -556,7 +556,7 @@ def test_claims_verdicts_against_the_spread_written_out(tmp_path):
     rows += [row("ALiBi", s, 1024, 100 + s, stride="L_valid/2") for s in (1, 2)]
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    text = claims["table"](results["load"]([str(path)]), [claims["Claim"]("FIRE beats ALiBi", ("FIRE", 16), ("ALiBi", 16), "lower")])
+    text = claims.table(results.load([str(path)]), [claims.Claim("FIRE beats ALiBi", ("FIRE", 16), ("ALiBi", 16), "lower")])
     nonoverlapping, sliding = text.splitlines()[2:]
     assert "FIRE at 1024: 152.00 ± 1.00 (n=3)" in nonoverlapping and "ALiBi at 1024: 102.00 ± 1.00 (n=3)" in nonoverlapping
     assert nonoverlapping.endswith("| refuted |")

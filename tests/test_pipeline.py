@@ -276,9 +276,7 @@ def test_trade_table_of_several_seeds(tmp_path):
     """trade_table.report: each side's mean ± sample std over its seeds, the ratios of the means,
     the training cost averaged over the runs (resources.jsonl beside each checkpoint); models of
     other batches in the grid by tokens per update."""
-    import runpy
-
-    report = runpy.run_path(os.path.join(REPO, "examples", "wikitext2", "trade_table.py"))["report"]
+    from fairseq_alibi_lab.trade_table import report
     rows = []
     for seed, (alibi, sinusoidal, seconds) in enumerate([(100, 200, 10), (110, 220, 30)], 1):
         for name, model, length, ppl, cost in (("alibi", "alibi_transformer_lm_small", 64, alibi, seconds),
@@ -446,8 +444,8 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
 
 def score_many(scorings, data):
     """scripts/evaluate.py's score() on (checkpoint, out, lengths, label) tuples, in a process of its own."""
-    code = ("import runpy, sys; e = runpy.run_path('scripts/evaluate.py'); "
-            f"e['score']([e['Scoring'](c, o, l, label) for c, o, l, label in {[tuple(map(str, s[:2])) + tuple(s[2:]) for s in scorings]!r}], {str(data)!r})")
+    code = ("import fairseq_alibi_lab.evaluate as e; "
+            f"e.score([e.Scoring(c, o, l, label) for c, o, l, label in {[tuple(map(str, s[:2])) + tuple(s[2:]) for s in scorings]!r}], {str(data)!r})")
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
 
 

@@ -328,10 +328,10 @@ def test_every_registered_method_appears_wherever_methods_are_listed():
 
     import fairseq_alibi.plugin  # noqa: F401
     from fairseq_alibi.positions import METHODS as REGISTERED
-    from test_experiment import experiment
+    from fairseq_alibi_lab.runner import EXPERIMENTS
 
     usage = subprocess.run([f"{REPO}/scripts/train.sh", "--help"], capture_output=True, text=True).stdout
-    compared = {model.method for model in experiment["EXPERIMENTS"]["comparison"].models}
+    compared = {model.method for model in EXPERIMENTS["comparison"].models}
     documented = [open(f"{REPO}/{page}").read() for page in ("README.md", "docs/methods.md")]
     for method in REGISTERED:
         for suffix in ("", "_small", "_wiki103"):
@@ -367,7 +367,7 @@ def test_the_math_positions_and_kernels_import_without_fairseq():
     import subprocess
     import sys
 
-    code = ("import sys, fairseq_alibi.positions, fairseq_alibi.kernels, fairseq_alibi.methods, fairseq_alibi.recipes, "
+    code = ("import sys, fairseq_alibi.positions, fairseq_alibi.kernels, fairseq_alibi.methods, fairseq_alibi_lab.recipes, "
             "fairseq_alibi.checkpoints, fairseq_alibi.files; assert 'fairseq' not in sys.modules, 'fairseq imported'; "
             "import fairseq_alibi.plugin; from fairseq.models import ARCH_MODEL_REGISTRY; "
             "assert 'fox_transformer_lm_small' in ARCH_MODEL_REGISTRY")

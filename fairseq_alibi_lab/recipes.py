@@ -2,12 +2,12 @@
 scripts/train.sh (through this file's command line) and scripts/experiment.py (an import), so
 neither copies them. Plain Python (torch only to read a checkpoint); no fairseq.
 
-    python3 fairseq_alibi/recipes.py flags PRESET L WORKERS [UPDATES]
+    python3 -m fairseq_alibi_lab.recipes flags PRESET L WORKERS [UPDATES]
                                          the recipe's fairseq-train flags (for UPDATES updates), NUL-separated
-    python3 fairseq_alibi/recipes.py status SAVE_DIR ARCH L MAX_UPDATE [--other-ok] [-- FLAGS...]
+    python3 -m fairseq_alibi_lab.recipes status SAVE_DIR ARCH L MAX_UPDATE [--other-ok] [-- FLAGS...]
                          (ARCH and L "-": not checked, scripts/train_once.sh's; --other-ok: nothing checked)
                                          'new|resume|finished UPDATES_DONE', or one line of error (exit 1)
-    python3 fairseq_alibi/recipes.py record SAVE_DIR -- FLAGS...   what a new run was started with
+    python3 -m fairseq_alibi_lab.recipes record SAVE_DIR -- FLAGS...   what a new run was started with
 """
 import sys
 

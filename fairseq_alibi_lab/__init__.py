@@ -1,0 +1,4 @@
+"""The lab: the experiments of fairseq-alibi (recipes, the runner and its declared experiments,
+evaluation, tables, claims, the floor), apart from the library (fairseq_alibi). The scripts in
+scripts/ and examples/ are thin entry points to these modules (`python -m fairseq_alibi_lab.X`
+runs the same)."""

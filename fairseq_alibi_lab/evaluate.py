@@ -1,0 +1,255 @@
+"""scripts/eval.sh's worker: check a checkpoint, then score it at every (L_valid, stride, scaling)
+in one process.
+
+    python3 scripts/evaluate.py CHECKPOINT DATA OUT.jsonl SPLIT LABEL "L_VALID..." "STRIDE..." \
+        "SCALING..." SCALING_FACTOR USER_OVERRIDES [-- fairseq-eval-lm flags]
+
+eval.sh has checked the form of the lengths, strides ("0", "S" or "/K") and factor ("" for the
+default). Before fairseq is imported, this reads what was trained from the checkpoint's own config
+(model, training length, updates, seed) and refuses, in one line, what cannot be scored: another
+dictionary, another kind of checkpoint, a fork checkpoint, a scaling the model does not take,
+USER_OVERRIDES (a Python dict, merged into each evaluation's overrides, winning) naming a field the
+config lacks, an OUT it cannot append to. Each evaluation is fairseq-eval-lm's own
+(fairseq_cli.eval_lm.main, which returns the loss and perplexity); doing them in one process saves
+a Python, torch and fairseq start-up per length. One JSON line per evaluation is appended to OUT
+and printed, with the code's commit, the machine and the fields of $ROW_FIELDS (a JSON object).
+
+From Python, score(scorings, data) checks several checkpoints (Scoring: each with its own OUT,
+label, lengths, strides and scalings) before scoring any, then scores them all in one process
+(examples/wikitext2/score_conversion.py: fourteen checkpoints).
+"""
+import ast
+import contextlib
+import dataclasses
+import difflib
+import io
+import json
+import logging
+import math
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from fairseq_alibi import checkpoints, dictionaries, files, provenance  # noqa: E402  (results rows, stride rules; no fairseq)
+from fairseq_alibi.methods import SCALINGS  # noqa: E402  (the registry's; no fairseq import)
+
+
+def fail(message):
+    sys.exit(f"error: {message}")
+
+
+def trained(checkpoint, user_overrides):
+    """(model name, training length, whether its config has the method's scaling fields, updates,
+    seed) from the checkpoint's config; user_overrides (a dict's text) checked against it."""
+    try:
+        state = checkpoints.read_state(checkpoint)
+    except checkpoints.NotACheckpoint:
+        fail(f"{checkpoint} is not a fairseq checkpoint")
+    other = checkpoints.wrong_kind(state, checkpoint, "causal LM")  # a masked LM, a translation model
+    if other:
+        fail(other)
+    try:
+        cfg, history = state["cfg"], state.get("optimizer_history") or [{}]
+        model = cfg["model"]
+    except Exception:
+        fail(f"{checkpoint} is not a fairseq checkpoint")
+    try:
+        overrides = ast.literal_eval(user_overrides)
+        assert isinstance(overrides, dict)
+    except Exception:
+        fail(f"--model-overrides {user_overrides} is not a Python dict, e.g. \"{{'alibi_attention': 'sdpa'}}\"")
+    for key in overrides:
+        if key not in model:
+            close = difflib.get_close_matches(key, model.keys(), n=1)
+            fail(f"--model-overrides names {key!r}, which {checkpoint}'s model config lacks, so fairseq "
+                 "would ignore it" + (f": did you mean {close[0]!r}?" if close else ""))
+    # The paper's fork saves ALiBi models as transformer_lm: scored as they are, they are sinusoidal.
+    if "max_tokens" in model:
+        fail(f"{checkpoint} is a checkpoint of the paper's fork, which fairseq would score as sinusoidal: convert "
+             f"it first with python -m fairseq_alibi.convert_checkpoint {checkpoint} NEW.pt")
+    name = model["_name"]
+    method = name.split("_transformer_lm")[0]
+    seed = (cfg.get("common") or {}).get("seed")
+    return (name, int(cfg["task"]["tokens_per_sample"]), f"{method}_scaling" in model,
+            history[-1].get("num_updates", -1), seed, overrides)
+
+
+def check_scalings(checkpoint, name, has_scaling, scalings):
+    method = name.split("_transformer_lm")[0]
+    for scaling in scalings:
+        if scaling == "none":
+            continue
+        if method not in SCALINGS:
+            fail(f"SCALING applies to ALiBi and rotary checkpoints, {checkpoint} is {name}")
+        if scaling not in SCALINGS[method]:
+            fail(f"SCALING={scaling}: {'ALiBi' if method == 'alibi' else 'rotary'} takes {', '.join(SCALINGS[method][:-1])} "
+                 f"or {SCALINGS[method][-1]}")
+        if not has_scaling:  # fairseq silently ignores --model-overrides of fields a config lacks
+            if method == "alibi":
+                fail(f"{checkpoint} predates ALiBi scaling: add it with python -m fairseq_alibi.convert_checkpoint "
+                     f"{checkpoint} NEW.pt")
+            fail(f"{checkpoint} predates rotary scaling (no rotary_scaling in its config): retrain it with this version")
+
+
+def plan(name, train_length, lengths, strides, scalings, scaling_factor):
+    """(jobs, skipped): one job per (scaling, L_valid, stride): L_valid, stride, its rule, the context
+    window, the scaling, its factor and the model overrides it takes; and why any was left out."""
+    method = name.split("_transformer_lm")[0]
+    jobs, skipped = [], []
+    for scaling in scalings:
+        for l_valid in lengths:
+            # Without SCALING_FACTOR a scaling's factor is 1 up to the training length: the model unscaled.
+            if scaling != "none" and not scaling_factor and l_valid <= train_length:
+                skipped.append(f"SCALING={scaling} applies past the training length {train_length} only "
+                               "(give a longer L_valid, or SCALING_FACTOR)")
+                continue
+            for rule in strides:  # a number, or /K for L_valid / K
+                stride, stride_rule = files.stride(rule, l_valid)
+                context = 0 if stride == 0 else l_valid - stride
+                if context < 0:
+                    skipped.append(f"stride {stride} > L_valid {l_valid}")
+                    continue
+                factor = 1.0
+                if scaling == "none" and name.startswith("transformer_lm"):
+                    # Stock position-embedding models refuse lengths past their training length unless told.
+                    overrides = {"max_target_positions": 1000000}
+                elif scaling == "none":
+                    overrides = {}
+                else:
+                    default = 1.0 if scaling == "dynamic_ntk" else max(1.0, l_valid / train_length)
+                    factor = float(scaling_factor) if scaling_factor else default
+                    overrides = {f"{method}_scaling": scaling, f"{method}_scaling_factor": factor,
+                                 f"{method}_train_length": train_length}
+                jobs.append((l_valid, stride, stride_rule, context, scaling, factor, overrides))
+    return jobs, list(dict.fromkeys(skipped))
+
+
+@dataclasses.dataclass
+class Scoring:
+    """One checkpoint to score: at each L_valid x stride x scaling, rows appended to out."""
+    checkpoint: str
+    out: str
+    lengths: tuple
+    label: str = ""
+    strides: tuple = ("0",)
+    scalings: tuple = ("none",)
+    scaling_factor: str = ""  # "" for each scaling's default
+    user_overrides: str = "{}"  # a Python dict's text
+    show: bool = True  # print each row as well as appending it
+
+
+def score(scorings, data, split="valid", extra=(), resume=False):
+    """Check every scoring (before anything is appended anywhere), then score them all in one process.
+    With resume, a measurement already in its output file (files.row_key) is not made again.
+    Returns how many measurements were made."""
+    done = {out: {files.row_key(r) for r in files.read_rows(out)} if resume else set()
+            for out in dict.fromkeys(s.out for s in scorings)}
+    planned = []
+    for s in scorings:
+        name, train_length, has_scaling, updates, seed, user = trained(s.checkpoint, s.user_overrides)
+        problem = dictionaries.check(s.checkpoint, data)  # after the kind: that says more
+        if problem:
+            fail(problem)
+        check_scalings(s.checkpoint, name, has_scaling, s.scalings)
+        jobs, skipped = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor)
+        if not jobs:
+            fail(f"nothing to score for {s.checkpoint}: {'; '.join(skipped)}")
+        for why in skipped:
+            print(f"skipping: {why}", file=sys.stderr)
+        jobs = [job for job in jobs  # job: L_valid, stride, its rule, context, scaling, ...
+                if files.measurement(s.label, s.checkpoint, updates, job[0], job[2], job[4], split) not in done[s.out]]
+        if jobs:
+            planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show))
+    for out in done:  # every checkpoint checked: now the files
+        files.require_appendable(out)
+    if planned:
+        evaluate(planned, data, split, list(extra))
+    return sum(len(jobs) for jobs, *_ in planned)
+
+
+def main():
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    checkpoint, data, out, split, label, lengths, strides, scalings, scaling_factor, user_overrides = argv[:10]
+    score([Scoring(checkpoint, out, [int(x) for x in lengths.split()], label, strides.split(), scalings.split(),
+                   scaling_factor, user_overrides)], data, split, extra)
+
+
+def evaluate(planned, data, split, extra):
+    # fairseq logs (and warns) to the console; keep each evaluation's log for an error message
+    # instead. Set up before importing fairseq, whose CLI modules configure logging on import.
+    log = io.StringIO()
+    logging.basicConfig(stream=log, level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    logging.captureWarnings(True)
+
+    from fairseq import options
+    from fairseq.data import Dictionary, data_utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import eval_lm
+
+    # The models, registered here: fairseq skips --user-dir fairseq_alibi for a package already
+    # imported (SCALINGS above imports it, without fairseq).
+    import fairseq_alibi.plugin  # noqa: F401
+
+    append_lines = files.append_lines
+    recorded = {"commit": provenance.commit(), "machine": provenance.machine(),
+                **json.loads(os.environ.get("ROW_FIELDS") or "{}")}
+
+    # Tokens scored: every token of the split once, whatever the window (what fairseq counts too).
+    dictionary = Dictionary.load(os.path.join(data, "dict.txt"))
+    split_data = data_utils.load_indexed_dataset(os.path.join(data, split), dictionary)  # memory-mapped:
+    tokens = int(split_data.sizes.sum())  # its sizes live only as long as it does
+
+    longest = max(job[0] for jobs, *_ in planned for job in jobs)
+    if longest > tokens:  # fairseq would score the whole split as one shorter block, labelled L_valid
+        sys.exit(f"error: L_valid {longest} is longer than the {split} split ({tokens} tokens): nothing recorded; "
+                 f"use lengths up to {tokens}")
+    for jobs, checkpoint, out, label, model_name, train_length, updates, seed, user_overrides, show in planned:
+        for l_valid, stride, stride_rule, context, scaling, factor, overrides in jobs:
+            overrides = str({**overrides, **user_overrides})
+            log.seek(0)
+            log.truncate()
+            parser = options.get_eval_lm_parser()
+            with contextlib.redirect_stderr(log):  # argparse's usage text: one line is enough
+                try:
+                    args = options.parse_args_and_arch(parser, [
+                        data, "--user-dir", os.path.join(here, "fairseq_alibi"), "--path", checkpoint,
+                        "--gen-subset", split, "--tokens-per-sample", str(l_valid), "--context-window", str(context),
+                        "--max-tokens", str(max(l_valid, 16384)), "--model-overrides", overrides,
+                        "--num-workers", "0", "--no-progress-bar", *extra])
+                except SystemExit:
+                    sys.exit(f"error: fairseq-eval-lm {log.getvalue().strip().splitlines()[-1].split(': error: ')[-1]}")
+            start = time.perf_counter()
+            try:
+                result = eval_lm.main(convert_namespace_to_omegaconf(args))
+            except SystemExit as e:  # the plugin's one-line configuration errors (base.ConfigError)
+                sys.exit(f"error: {e.code}" if isinstance(e.code, str) else e.code)
+            except Exception as e:  # noqa: BLE001  (whatever fairseq raises: one line, the rest in a file)
+                traceback.print_exc(file=log)
+                with tempfile.NamedTemporaryFile("w", suffix=".log", prefix="eval-lm.", delete=False) as saved:
+                    saved.write(log.getvalue())
+                sys.exit(f"error: fairseq-eval-lm failed on {checkpoint} at L_valid {l_valid}: "
+                         f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''} "
+                         f"(full log: {saved.name})")
+            seconds = time.perf_counter() - start
+            loss, perplexity = float(result["loss"]), float(result["perplexity"])
+            if not math.isfinite(perplexity):
+                sys.exit(f"error: perplexity {perplexity} for {checkpoint}: its weights hold NaN or inf "
+                         "(a diverged run?); nothing recorded")
+            row = json.dumps({
+                "checkpoint": checkpoint, "label": label or None, "model": model_name, "train_length": train_length,
+                "updates": updates, "split": split, "l_valid": l_valid, "stride": stride,
+                "stride_rule": stride_rule, "scaling": scaling, "scaling_factor": factor if scaling != "none" else None,
+                "loss_base2": loss, "perplexity": perplexity, "tokens": tokens, "seconds": round(seconds, 2),
+                "tokens_per_s": tokens / seconds, "seed": seed, **recorded,
+            })
+            append_lines(out, [row])
+            if show:
+                print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

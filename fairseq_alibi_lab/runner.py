@@ -1,0 +1,626 @@
+#!/usr/bin/env python3
+"""Run a declared experiment: train each (model, seed) once, score each at every length and
+stride, and tabulate the seeds as mean ± std.
+
+    python scripts/experiment.py NAME [--seeds 1 2 3] [--updates N] [--out DIR] ...
+    python scripts/experiment.py --list
+
+An experiment is declared once, below (EXPERIMENTS): its models (a label, scripts/train.sh's
+METHOD and flags, the inference-time scalings scored past L), the recipe by name
+(fairseq_alibi_lab/recipes.py, the one scripts/train.sh uses), the training length, the seeds and the
+evaluation grid. Each (model, seed) trains into CHECKPOINTS/<label>-L<L>-s<seed>: a causal LM
+through scripts/train.sh, a masked LM or an encoder-decoder (the synthetic tasks, no L in the
+name) through scripts/train_once.sh (its METHOD is the fairseq architecture); an interrupted
+training resumes from its last checkpoint and a finished one
+(recipes.run_status) is left untouched, as is one whose rows are all in the results where its checkpoint
+is gone (a fresh machine, the rows kept in git). Each missing (length, stride, scaling) is scored through
+scripts/eval.sh (a masked LM: scripts/eval_mlm.py, its one fixed mask, nonoverlapping; an
+encoder-decoder: each test bucket by examples/synthetic/exact_match.py) and appended to
+OUT/results.jsonl, a row carrying the label, the seed, the recipe, the commit and the
+machine; nothing is ever deleted, so stopping (Ctrl-C) and running the same command again
+continues where it stopped. The unigram model (scripts/unigram.py) is every table's floor row.
+Tables and figures (scripts/results.py) are rebuilt from the rows of the declared runs after each
+job; OUT/runs.jsonl records each invocation (command, commit, machine, threads, start) as it starts, and again
+with its wall time as it finishes or is stopped.
+"""
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import re
+import importlib
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from fairseq_alibi import checkpoints, files, methods, provenance  # noqa: E402  (no fairseq import)
+from fairseq_alibi_lab import exact_match, recipes, results, synthetic_table  # noqa: E402
+append_lines, read_rows, row_key, measurement, stride_of = (
+    getattr(files, name) for name in ("append_lines", "read_rows", "row_key", "measurement", "stride"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    label: str  # the row's name in every table
+    method: str  # scripts/train.sh METHOD (a masked LM: its --arch)
+    flags: tuple = ()  # its fairseq-train flags, after the recipe's
+    scalings: tuple = ()  # scripts/eval.sh SCALING values, scored past the training length
+    train_multiple: int = 1  # trained at this multiple of the experiment's L (the trade's long sinusoidal models)
+    multiples: tuple = ()  # L_valid = multiple x L scored (default: the experiment's)
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    about: str
+    models: tuple
+    recipe: str = "small"  # fairseq_alibi_lab/recipes.py; its RECIPE_KIND says what the models are
+    train_length: int = 64
+    seeds: tuple = (1, 2, 3)
+    multiples: tuple = (1, 2, 4, 8, 16)  # L_valid = multiple x L
+    strides: tuple = ("0", "/2")  # scripts/eval.sh STRIDE: nonoverlapping, sliding by L_valid/2
+    split: str = "valid"
+    # WikiText-2 with <doc> between articles (scripts/prepare-wikitext.sh --documents), and each
+    # model scored with its documents kept apart and packed (--document-separator set and dropped
+    # at evaluation), in rows labelled "<label>, scored apart|packed". False: the usual data.
+    documents: bool = False
+    # checkpoints/<this> (default: the experiment's name): experiments that share a model (same label,
+    # flags, recipe, L) and name the same directory train it once.
+    checkpoints: str = ""
+    # A module whose report(rows, out) writes a table of its own from the declared runs' rows (the trade's).
+    report: str = ""
+
+
+SEPARATOR = "<doc>"  # what prepare-wikitext.sh --documents writes between articles
+# Label suffix -> the evaluation's --model-overrides.
+DOCUMENT_SCORINGS = {"scored apart": f"{{'document_separator': '{SEPARATOR}'}}",
+                     "scored packed": "{'document_separator': None}"}
+
+
+SINUSOIDAL = Model("Sinusoidal", "sinusoidal")
+SEQUENCES_FIXED = "Sinusoidal, sequences per update fixed"  # the trade's variant (trade_table.py: a grid by tokens per update)
+ALIBI = Model("ALiBi", "alibi", scalings=("linear", "ntk", "dynamic_ntk"))
+EXPERIMENTS = {
+    "main": Experiment(
+        "The README's main job: ALiBi and the sinusoidal model trained at L=64, scored to 16L.",
+        (SINUSOIDAL, dataclasses.replace(ALIBI, scalings=())), seeds=(1,)),
+    "comparison": Experiment(
+        "Every causal method on one recipe, trained at L=64, scored to 16L, nonoverlapping and sliding.",
+        (SINUSOIDAL,
+         Model("Rotary", "rotary", scalings=("linear", "ntk", "yarn")),
+         Model("T5 bias", "t5_bias"),
+         ALIBI,
+         Model("NoPE", "nope"),
+         Model("KERPLE log", "kerple", ("--kerple-variant", "log")),
+         Model("KERPLE power", "kerple", ("--kerple-variant", "power")),
+         Model("Sandwich", "sandwich"),
+         # FIRE's interpolation threshold starts at the training length (the module's default, 512,
+         # would leave it unused below 512 tokens).
+         Model("FIRE", "fire", ("--fire-init-threshold", "64")),
+         Model("ALiBi, learned slopes", "learned_alibi"),
+         Model("FoX (forget gate)", "fox"))),
+    "trade": Experiment(
+        "The paper's headline trade: ALiBi trained at L=64 and scored at 64, 128, 256 and 1024 against "
+        "sinusoidal models trained at each of those lengths and scored at their own; each training's "
+        "wall-clock and peak memory (resources.jsonl beside its checkpoint) in trade.md; and sinusoidal models "
+        "at 2L and 4L given L's sequences per update rather than its tokens, with their control at L "
+        "given the same tokens.",
+        (Model("ALiBi", "alibi", multiples=(1, 2, 4, 16)),
+         *(Model("Sinusoidal", "sinusoidal", train_multiple=k, multiples=(k,)) for k in (1, 2, 4, 16)),
+         # The recipe fixes tokens per update (2048: 32 sequences at L=64, 2 at 16L). These keep L's
+         # sequences per update (k batches of 2048 tokens each), so k times the tokens and compute; not
+         # at 16L, which would cost 16x (about 12 core-hours per seed on the CPU machine).
+         *(Model(SEQUENCES_FIXED, "sinusoidal", ("--update-freq", str(k)), train_multiple=k, multiples=(k,))
+           for k in (2, 4)),
+         # Their control: at L, the same k times the tokens (k batches of 2048 per update), so that
+         # what the variant gains from more sequences per update is told from what it gains from
+         # more tokens.
+         *(Model(f"Sinusoidal at L, {k}x tokens", "sinusoidal", ("--update-freq", str(k)), multiples=(1,))
+           for k in (2, 4))),
+        # ALiBi and the sinusoidal model at L are trained here again, not taken from the comparison
+        # (same label, recipe and seeds): trade.md sets each training's wall-clock and peak memory
+        # beside the others', which only means something for runs on one machine in one run.
+        strides=("0",), report="fairseq_alibi_lab.trade_table"),
+    "documents": Experiment(
+        "Packed documents: ALiBi and rotary trained with articles packed and kept apart "
+        "(--document-separator), each scored both ways, on WikiText-2 with <doc> between articles.",
+        (Model("ALiBi", "alibi"), Model("ALiBi, trained apart", "alibi", ("--document-separator", SEPARATOR)),
+         Model("Rotary", "rotary"), Model("Rotary, trained apart", "rotary", ("--document-separator", SEPARATOR))),
+        documents=True),
+}
+
+# The masked-LM encoders of the bidirectional experiment, one recipe for all: the five encoder ALiBi
+# variants and fairseq's RoBERTa encoder with sinusoidal or learned positions (the twins).
+# Every encoder scales its token embeddings by sqrt(d) (--scale-embedding, fairseq's transformer
+# convention): without it the sinusoidal twin's unit-scale sinusoids drown RoBERTa's std-0.02 token
+# embeddings, and with it both twins learn from context within the recipe's 3000 updates
+# (examples/wikitext2/results/mlm-diagnosis/). An ALiBi encoder adds no positions, so its embedding
+# LayerNorm makes the scale a no-op (tests/test_bidirectional.py).
+SCALED = ("--scale-embedding",)
+ENCODER_VARIANTS = ("symmetric", "one_sided", "learned", "ruoss", "bialibi")  # --encoder-alibi
+ENCODERS = (*(Model(f"ALiBi {variant}", "alibi_roberta_small", ("--encoder-alibi", variant, *SCALED))
+              for variant in ENCODER_VARIANTS),
+            Model("Sinusoidal", "alibi_roberta_small", ("--encoder-alibi", "none", *SCALED)),
+            # its table 16L long (rows past L never trained), so that it is scored at every length
+            Model("Learned positions", "alibi_roberta_small",
+                  ("--encoder-alibi", "none", "--encoder-learned-pos", "--max-positions", "1024", *SCALED)))
+EXPERIMENTS["mlm"] = Experiment(
+    "Masked LMs (RoBERTa-style encoders) trained at L=64, scored to 16L on one fixed mask.",
+    ENCODERS, recipe="masked_lm", strides=("0",))  # eval_mlm.py: nonoverlapping blocks only
+
+
+EXPERIMENTS["synthetic"] = Experiment(
+    "Encoder-decoders on synthetic tasks (copy, reverse, addition; examples/synthetic/make_tasks.py) trained on "
+    "sizes up to 20 and scored by exact match (greedy) up to 80: the five encoder ALiBi variants (a causal ALiBi "
+    "decoder, cross-attention without positions) against their sinusoidal twin (stock --arch transformer).",
+    (*(Model(f"ALiBi {variant}", "alibi_transformer_small", ("--encoder-alibi", variant)) for variant in ENCODER_VARIANTS),
+     Model("Sinusoidal", "transformer", tuple(methods.TRANSLATION_TWIN_FLAGS.split()[2:]))),
+    recipe="synthetic", multiples=(), strides=())
+
+
+def littlebird(block, pack):
+    """LittleBird (blocks of `block` tokens, a pack of `pack`) without and with padding insertion."""
+    flags = ("--block-size", str(block), "--pack-length", str(pack))
+    return (Model("LittleBird", "littlebird_roberta_small", flags),
+            Model("LittleBird + padding insertion", "littlebird_roberta_small", (*flags, "--padding-insertion", "0.5")))
+
+
+DENSE = {m.label: m for m in ENCODERS}
+EXPERIMENTS["littlebird"] = Experiment(
+    "LittleBird (blocks of 8, a pack of 8: 8 blocks at L=64, sparse in training) against the dense "
+    "encoders of its size, as mlm; the dense ones are mlm's own runs (its checkpoints).",
+    (*littlebird(8, 8), DENSE["ALiBi bialibi"], DENSE["Sinusoidal"]), recipe="masked_lm", strides=("0",),
+    checkpoints="mlm")
+EXPERIMENTS["littlebird-long"] = Experiment(
+    "LittleBird with its own setting (blocks and pack of 64) trained at L=512, where its window is "
+    "sparse (8 blocks), against dense BiALiBi at the same L, scored to 8L.",
+    (*littlebird(64, 64)[:1], DENSE["ALiBi bialibi"]), recipe="masked_lm", train_length=512,
+    multiples=(1, 2, 4, 8), strides=("0",))
+
+
+def slug(label):
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+
+
+def names(model):
+    """What --models takes for model: its label, the label's slug, and slug@K, the one trained at K x L
+    (the trade's sinusoidal models share a label)."""
+    return model.label, slug(model.label), f"{slug(model.label)}@{model.train_multiple}"
+
+
+def duration(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class Runner:
+    def __init__(self, name, experiment, args):
+        self.name, self.experiment, self.args = name, experiment, args
+        self.length = args.train_length or experiment.train_length
+        self.seeds = tuple(args.seeds or experiment.seeds)
+        self.kind = recipes.RECIPE_KIND[experiment.recipe]  # causal LM, masked LM, encoder-decoder
+        self.masked = self.kind == "masked LM"
+        self.seq2seq = self.kind == "encoder-decoder"  # its data and sizes are the tasks': no L
+        self.updates = args.updates or int(recipes.last_value(recipes.recipe(experiment.recipe, self.length), "--max-update"))
+        self.out = args.out or os.path.join("runs", name)
+        self.checkpoints = args.checkpoints or os.path.join("checkpoints", experiment.checkpoints or name)
+        self.models = [m for m in experiment.models if not args.models or set(names(m)) & set(args.models)]
+        self.lengths = sorted({lv for m in self.models for lv in self.model_lengths(m)})  # the floor's, the tables'
+        self.results = os.path.join(self.out, "results.jsonl")
+        self.fields = json.dumps({"experiment": name, "recipe": experiment.recipe})
+
+    def train_length(self, model):
+        return model.train_multiple * self.length
+
+    def model_lengths(self, model):
+        """The L_valid values model is scored at (--lengths, else its multiples or the experiment's, of L)."""
+        return self.args.lengths or [m * self.length for m in model.multiples or self.experiment.multiples]
+
+    def save_dir(self, model, seed):
+        length = "" if self.seq2seq else f"-L{self.train_length(model)}"
+        return os.path.join(self.checkpoints, f"{slug(model.label)}{length}-s{seed}")
+
+    def train(self, model, seed):
+        """scripts/train.sh (a masked LM or encoder-decoder: scripts/train_once.sh), which resumes an
+        interrupted run and leaves a finished one; its log is appended to SAVE/train.log, its time and
+        memory to SAVE/resources.jsonl."""
+        save = self.save_dir(model, seed)
+        os.makedirs(save, exist_ok=True)
+        common = [*model.flags, "--seed", str(seed), "--max-update", str(self.updates), "--log-interval", "50",
+                  "--no-progress-bar", *self.args.train_flags]
+        if self.kind != "causal LM":  # train_once.sh writes the log and measures
+            command = [os.path.join("scripts", "train_once.sh"), save, f"{model.label} (seed {seed})", "--",
+                       "fairseq-train", self.binarized, "--save-dir", save, "--user-dir", "fairseq_alibi", "--arch", model.method,
+                       *recipes.recipe(self.experiment.recipe, self.train_length(model), 1, self.updates), *common]
+        else:
+            command = [sys.executable, os.path.join("scripts", "measure.py"), os.path.join(save, "resources.jsonl"), "--",
+                       os.path.join("scripts", "train.sh"), model.method, str(self.train_length(model)), self.data, save,
+                       self.experiment.recipe, "--", *common]
+        with open(os.devnull if self.kind != "causal LM" else os.path.join(save, "train.log"), "a") as log:
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+            with stopped_together(proc):
+                self.follow(proc, log, "" if self.seq2seq else " at L")
+        if proc.wait() != 0:  # the log's last line says why (a one-line refusal, fairseq's exception)
+            with open(os.path.join(save, "train.log")) as log:
+                why = ([line.strip() for line in log if line.strip()] or ["(no output)"])[-1]
+            raise SystemExit(f"error: training {model.label} (seed {seed}) failed: {why} (the whole log: {save}/train.log)")
+        return os.path.join(save, "checkpoint_last.pt")
+
+    @staticmethod
+    def follow(proc, log, where):
+        """The training's output into its log; its validations (at `where`) and errors shown."""
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()  # tail -f SAVE/train.log follows it
+            valid = re.search(r"valid on .*\| ppl ([\d.]+) .*\| num_updates (\d+)", line)
+            if valid:
+                print(f"    {valid[2]} updates: validation perplexity {valid[1]}{where}", flush=True)
+            elif re.search(r"done training|already trained|error", line):
+                print("   ", line.split(" | ")[-1].rstrip(), flush=True)
+
+    def evaluations(self, model):
+        """(scaling, L_valid, stride) to score: every length and stride; scalings past L only (at L
+        they change nothing)."""
+        lengths = self.model_lengths(model)
+        jobs = [("none", lv, s) for lv in lengths for s in self.experiment.strides]
+        jobs += [(sc, lv, s) for sc in model.scalings for lv in lengths if lv > self.train_length(model)
+                 for s in self.experiment.strides]
+        return jobs
+
+    def scorings(self, model):
+        """(row label, extra scripts/eval.sh flags) of each way the model is scored."""
+        if not self.experiment.documents:
+            return [(model.label, [])]
+        return [(f"{model.label}, {suffix}", ["--model-overrides", overrides])
+                for suffix, overrides in DOCUMENT_SCORINGS.items()]
+
+    def evaluate(self, model, checkpoint):
+        """Score what is missing from the results, in one scripts/eval.sh process per scoring (where
+        only some is missing, the lengths, strides and scalings it spans are all scored again)."""
+        missing = self.missing(model, checkpoint, checkpoints.checkpoint_summary(checkpoint)[2])
+        for label, flags in self.scorings(model):
+            if missing[label]:
+                self.score(label, checkpoint, missing[label], flags)
+        return any(missing.values())
+
+    def missing(self, model, checkpoint, updates):
+        """Each scoring's label -> the (scaling, L_valid, stride) the results lack for checkpoint (an
+        encoder-decoder: the test buckets)."""
+        if self.seq2seq:
+            done = exact_match.scored_buckets(read_rows(self.results), model.label, checkpoint, updates)
+            return {model.label: [bucket for bucket in self.buckets if bucket not in done]}
+        done = {row_key(r) for r in read_rows(self.results)}
+        return {label: [(scaling, l_valid, stride) for scaling, l_valid, stride in self.evaluations(model)
+                        if measurement(label, checkpoint, updates, l_valid, stride_of(stride, l_valid)[1], scaling,
+                                       self.experiment.split) not in done]
+                for label, _ in self.scorings(model)}
+
+    def scored_elsewhere(self, model, seed):
+        """Every row of (model, seed) at the declared updates is in the results, but its checkpoint is
+        not here (a fresh machine, the rows kept in git): it is done, not trained again."""
+        checkpoint = os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
+        return not os.path.exists(checkpoint) and not any(self.missing(model, checkpoint, self.updates).values())
+
+    def score(self, label, checkpoint, jobs, flags):
+        scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in jobs)] for i in range(3))
+        lengths = " ".join(map(str, sorted(lengths)))
+        env = dict(os.environ)
+        if self.seq2seq:  # exact_match.py decodes the buckets the results lack
+            command = [sys.executable, os.path.join("examples", "synthetic", "exact_match.py"), checkpoint, self.binarized,
+                       self.buckets_file, self.results, "--label", label, "--fields", self.fields]
+        elif self.masked:
+            command = [sys.executable, os.path.join("scripts", "eval_mlm.py"), checkpoint, self.data, self.results,
+                       "--lengths", lengths, "--split", self.experiment.split, "--label", label, "--fields", self.fields]
+        else:  # eval.sh takes its options from the environment; a user's own scalings are not ours
+            env.update(LABEL=label, ROW_FIELDS=self.fields, SCALING=" ".join(scalings), SPLIT=self.experiment.split)
+            for name in ("ALIBI_SCALING", "SCALING_FACTOR", "ALIBI_SCALING_FACTOR"):
+                env.pop(name, None)
+            command = [os.path.join("scripts", "eval.sh"), checkpoint, self.data, self.results, lengths,
+                       " ".join(strides), "--", *flags]
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        with stopped_together(proc):
+            _, errors = proc.communicate()
+        if proc.returncode != 0:
+            log = os.path.join(self.out, "scoring-errors.log")  # the whole of it, for a crash's cause
+            with open(log, "a") as f:
+                f.write(f"== {label} ({checkpoint}), {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n{errors}\n")
+            last = (errors.strip().splitlines() or [f"error: scoring {label} failed"])[-1]
+            raise SystemExit(f"{last} (all of it in {log})")
+
+    def floor(self):
+        """The unigram row, once per length and stride: unigram.py adds those OUT lacks (an
+        encoder-decoder has none: exact match's floor is 0, and its table names every model below
+        90% in distribution)."""
+        if self.seq2seq:
+            return
+        subprocess.run([sys.executable, os.path.join("scripts", "unigram.py"), self.data, self.results,
+                        "--lengths", " ".join(map(str, self.lengths)), "--strides", " ".join(self.experiment.strides),
+                        "--split", self.experiment.split, "--fields", self.fields,
+                        *(["--masked-lm"] if self.masked else [])], check=True)
+
+    def tabulate(self):
+        """Tables and figures from the rows of the declared runs at the declared updates (earlier
+        rows, of other recipes or runs, stay in the file but not in the tables)."""
+        checkpoints = {os.path.join(self.save_dir(m, s), "checkpoint_last.pt") for m in self.models for s in self.seeds}
+        if self.seq2seq:  # exact match per task and size bucket (examples/synthetic/table.py)
+            rows = [r for r in read_rows(self.results) if r.get("checkpoint") in checkpoints and r.get("updates") == self.updates]
+            return synthetic_table.write_table(rows, self.out) if rows else ""
+        rows = [r for r in read_rows(self.results)
+                if (r.get("model") == "unigram" or (r.get("checkpoint") in checkpoints and r.get("updates") == self.updates))
+                and r["l_valid"] in self.lengths]
+        table_rows = results.keyed(rows)  # the last measurement of a configuration wins
+        if not table_rows:
+            return ""
+        printed = results.write_tables(table_rows, self.out)
+        if self.experiment.report:
+            printed += "\n" + (importlib.import_module(self.experiment.report).report(rows, self.out) or "")
+        return printed
+
+    def run(self):
+        os.makedirs(self.out, exist_ok=True)
+        lock = open(os.path.join(self.out, ".lock"), "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise SystemExit(f"error: another scripts/experiment.py is running on {self.out}: wait for it, or give --out")
+        if self.args.tables:
+            print(self.tabulate() or f"no rows of {self.name}'s runs in {self.results} yet")
+            return
+        if self.seq2seq:
+            self.data = prepare_synthetic(self.args.data or os.path.join("data-bin", "synthetic"), self.args.task_flags)
+            self.binarized, self.buckets_file = os.path.join(self.data, "bin"), os.path.join(self.data, "text", "buckets.txt")
+            with open(self.buckets_file) as f:
+                self.buckets = [line.split()[0] for line in f if line.strip()]
+        else:
+            self.data = self.binarized = self.args.data or prepare_wikitext2(self.experiment.documents)
+        start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        jobs = [(m, s) for s in self.seeds for m in self.models]  # seed by seed: a stopped run has whole seeds
+        record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance.commit(),
+                  "machine": provenance.machine(), "started": started, "jobs": len(jobs),
+                  # the float summation order, so a training's trajectory, depends on it
+                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset (torch: one per core)")}
+        invocations = os.path.join(self.out, "runs.jsonl")
+        # Recorded as it starts, so that a run killed outright (a session's end) still leaves its line.
+        append_lines(invocations, [json.dumps(dict(record, event="started"))])
+        scored = (f"scored by exact match on {len(self.buckets)} size buckets" if self.seq2seq else
+                  f"at L={self.length}, scored at {' '.join(map(str, self.lengths))}, strides {' '.join(self.experiment.strides)}")
+        print(f"== {self.name}: {len(self.models)} models x {len(self.seeds)} seeds, {self.experiment.recipe} recipe, "
+              f"{self.updates} updates {scored} -> {self.out}", flush=True)
+        try:
+            self.floor()
+            if self.args.parallel > 1:
+                self.run_parallel(jobs, start)
+            else:
+                self.run_in_turn(jobs, start)
+            printed = self.tabulate()
+        except KeyboardInterrupt:
+            append_lines(invocations, [json.dumps(dict(record, event="stopped", wall_s=round(time.time() - start, 1)))])
+            raise
+        append_lines(invocations, [json.dumps(dict(record, event="finished", wall_s=round(time.time() - start, 1)))])
+        print(printed)
+        print(f"== {self.name} done in {duration(time.time() - start)}: tables and figures in {self.out}")
+
+    def run_in_turn(self, jobs, start):
+        worked = []  # seconds of the jobs that did work (for the estimate)
+        for number, (model, seed) in enumerate(jobs, 1):
+            job_start = time.time()
+            elapsed = job_start - start
+            left = f", about {duration(sum(worked) / len(worked) * (len(jobs) - number + 1))} left" if worked else ""
+            print(f"== [{number}/{len(jobs)}] {model.label}, seed {seed} ({duration(elapsed)} so far{left})", flush=True)
+            if self.scored_elsewhere(model, seed):
+                print("    already scored (its checkpoint is not on this machine): nothing to do", flush=True)
+                continue
+            checkpoint = self.train(model, seed)
+            if self.evaluate(model, checkpoint) and number < len(jobs):
+                self.tabulate()  # what is done so far, in case the run is stopped
+            if time.time() - job_start > 30:
+                worked.append(time.time() - job_start)
+
+    def run_parallel(self, jobs, start):
+        """Each (model, seed) by a runner of its own (its rows in OUT/parts/<run>), --parallel at a
+        time (small models leave a GPU, or many cores, mostly idle); each part's rows are appended
+        to OUT/results.jsonl as it ends. Stopped and rerun, it continues as run_in_turn does."""
+        waiting, running, failed = [job for job in jobs if not self.scored_elsewhere(*job)], {}, []
+        if len(waiting) < len(jobs):
+            print(f"== {len(jobs) - len(waiting)} of {len(jobs)} already scored (their checkpoints are not on this "
+                  "machine): nothing to do for them", flush=True)
+        while waiting or running:
+            while waiting and len(running) < self.args.parallel:
+                model, seed = waiting.pop(0)
+                part = os.path.join(self.out, "parts", os.path.basename(self.save_dir(model, seed)))
+                self.start_part(model, seed, part)
+                command = [sys.executable, os.path.abspath(__file__), self.name, "--models", names(model)[2],
+                           "--seeds", str(seed), "--out", part, "--checkpoints", self.checkpoints, "--data", self.data,
+                           "--updates", str(self.updates), "--train-length", str(self.length),
+                           *(["--lengths", *map(str, self.args.lengths)] if self.args.lengths else []),
+                           "--train-flags", shlex.join(self.args.train_flags),
+                           *(["--task-flags", shlex.join(self.args.task_flags)] if self.args.task_flags else [])]
+                # Unless told, the parts share the cores out: N parts of a thread per core each would
+                # oversubscribe them N times.
+                threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // self.args.parallel))
+                with open(os.path.join(part, "runner.log"), "a") as log:
+                    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                            env=dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=threads))
+                running[proc] = (model, seed, part)
+            with stopped_together(*running):
+                while not (ended := [proc for proc in running if proc.poll() is not None]):
+                    time.sleep(1)
+            proc = ended[0]
+            model, seed, part = running.pop(proc)
+            self.merge(os.path.join(part, "results.jsonl"))
+            ok = proc.returncode == 0
+            if not ok:
+                with open(os.path.join(part, "runner.log")) as log:
+                    last = (log.read().strip().splitlines() or [""])[-1]
+                failed.append(f"{model.label}, seed {seed}: {last} (see {part}/runner.log)")
+            print(f"== {len(jobs) - len(waiting) - len(running)}/{len(jobs)} ended ({duration(time.time() - start)} "
+                  f"so far): {model.label}, seed {seed}{'' if ok else ' FAILED'}", flush=True)
+            self.tabulate()
+        if failed:
+            raise SystemExit("error: some runs failed:\n  " + "\n  ".join(failed))
+
+    def start_part(self, model, seed, part):
+        """A part begins with the rows OUT already holds for its (model, seed), and the floor's, so
+        that its runner scores only what OUT lacks (a run begun one at a time, continued in parallel)."""
+        os.makedirs(part, exist_ok=True)
+        checkpoint = os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
+        append_new(os.path.join(part, "results.jsonl"), [r for r in read_rows(self.results)
+                                                         if r.get("checkpoint") == checkpoint or r.get("model") == "unigram"])
+
+    def merge(self, part_results):
+        """Append a part's model rows that OUT/results.jsonl does not hold yet (the floor is OUT's own)."""
+        append_new(self.results, [r for r in read_rows(part_results) if r.get("model") != "unigram"])
+
+
+def append_new(path, rows):
+    """Append to the results file `path` those of `rows` it does not hold yet (row for row)."""
+    have = {json.dumps(r, sort_keys=True) for r in read_rows(path)}
+    new = [json.dumps(r) for r in rows if json.dumps(r, sort_keys=True) not in have]
+    if new:
+        append_lines(path, new)
+
+
+@contextlib.contextmanager
+def stopped_together(*procs):
+    """If the runner is stopped (Ctrl-C, SIGTERM), so is proc with everything it started (its own
+    session): no trainer is left running unseen, writing to a directory a rerun will use. And as
+    the runner yields, so do they: on Linux a new session is a new scheduling group (autogroup),
+    where the runner's `nice` no longer counts, so the group is given the runner's niceness."""
+    niceness = os.nice(0)
+    for proc in procs if niceness > 0 else ():
+        with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/autogroup", "w") as group:
+            group.write(str(niceness))
+    try:
+        yield
+    except BaseException:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in procs:
+            with contextlib.suppress(ChildProcessError):
+                proc.wait()
+        raise
+
+
+def prepare_synthetic(directory, task_flags):
+    """The synthetic tasks in DIRECTORY/text (examples/synthetic/make_tasks.py: made once, other
+    options over made ones refused), binarized with one dictionary in DIRECTORY/bin (written whole:
+    a temporary directory renamed into place)."""
+    text, binarized = os.path.join(directory, "text"), os.path.join(directory, "bin")
+    if subprocess.run([sys.executable, os.path.join("examples", "synthetic", "make_tasks.py"), text, *task_flags]).returncode:
+        raise SystemExit(1)
+    if not os.path.isdir(binarized):
+        with open(os.path.join(text, "buckets.txt")) as f:
+            tests = ",".join(os.path.join(text, line.split()[0]) for line in f if line.strip())
+        partial = binarized + ".part"
+        shutil.rmtree(partial, ignore_errors=True)  # an interrupted earlier attempt's
+        with open(os.path.join(directory, "preprocess.log"), "w") as log:
+            done = subprocess.run(["fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
+                                   "--trainpref", os.path.join(text, "train"), "--validpref", os.path.join(text, "valid"),
+                                   "--testpref", tests, "--destdir", partial, "--joined-dictionary", "--workers", "2"],
+                                  stdout=log, stderr=subprocess.STDOUT)
+        if done.returncode:
+            raise SystemExit(f"error: fairseq-preprocess failed on {text} (its log: {directory}/preprocess.log)")
+        os.rename(partial, binarized)
+    return directory
+
+
+def prepare_wikitext2(documents=False):
+    """data-bin/wikitext-2 (-documents: with <doc> between articles), as scripts/prepare-wikitext.sh
+    makes it (from WIKITEXT2_SOURCE, else ../shared/data/wikitext-2 if present, else the download
+    mirror; skipped when done)."""
+    shared = os.path.join("..", "shared", "data", "wikitext-2")
+    source = os.environ.get("WIKITEXT2_SOURCE") or (shared if os.path.isdir(shared) else "")
+    flags = ["--documents"] if documents else []
+    if subprocess.run([os.path.join("scripts", "prepare-wikitext.sh"), *flags, "2", *([source] if source else [])]).returncode:
+        raise SystemExit(1)
+    return "data-bin/wikitext-2" + ("-documents" if documents else "")
+
+
+# The environment variables of the bash presets (examples/wikitext2/common.sh) and the runner's options
+# for them; not DATA, OUT or CHECKPOINTS: names too common to refuse (a GPU machine here sets OUT).
+PRESET_VARIABLES = {"L": "--train-length", "UPDATES": "--updates", "L_VALID": "--lengths",
+                    "TRAIN_FLAGS": "--train-flags", "VARIANTS": "--models",
+                    "SLIDING": "nothing (the declaration scores both strides)",
+                    "LITTLEBIRD_BLOCK": "--train-flags '--block-size N'", "LITTLEBIRD_PACK": "--train-flags '--pack-length N'",
+                    "ALIBI_L": "--train-length", "SINUSOIDAL_LS": "nothing (the trade's declaration: multiples of L)",
+                    "SEEDS": "--seeds", "TASK_FLAGS": "--task-flags"}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", help="the experiment: " + ", ".join(EXPERIMENTS))
+    p.add_argument("--list", action="store_true", help="list the experiments and their models")
+    p.add_argument("--seeds", type=int, nargs="+", help="training seeds (default: the declaration's)")
+    p.add_argument("--models", nargs="+", help="only these models (labels, or their lower-case-hyphen form; "
+                   "NAME@K: the one trained at K x L, e.g. sinusoidal@16 in trade)")
+    p.add_argument("--updates", type=int, help="training updates (default: the recipe's)")
+    p.add_argument("--train-length", type=int, help="L (default: the declaration's)")
+    p.add_argument("--lengths", type=int, nargs="+", help="L_valid values (default: the declaration's multiples of L)")
+    p.add_argument("--data", help="a binarized data directory (default: WikiText-2, prepared if needed; synthetic: "
+                   "where its tasks are made, DATA/text and DATA/bin, default data-bin/synthetic)")
+    p.add_argument("--out", help="results, tables and figures (default: runs/NAME)")
+    p.add_argument("--checkpoints", help="checkpoints (default: checkpoints/NAME)")
+    p.add_argument("--train-flags", default="", help="extra fairseq-train flags for every model (toy sizes)")
+    p.add_argument("--task-flags", default="", help="synthetic only: examples/synthetic/make_tasks.py options (toy sizes)")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="run this many (model, seed) jobs at once (a GPU or many cores; default 1: one at a time)")
+    p.add_argument("--tables", action="store_true",
+                   help="only rebuild the tables and figures from OUT/results.jsonl (rows merged from elsewhere)")
+    args = p.parse_args()
+    if args.list or not args.name:
+        for name, e in EXPERIMENTS.items():
+            print(f"{name}: {e.about}\n    models: {', '.join(m.label + (f' (at {m.train_multiple}L)' if m.train_multiple > 1 else '') for m in e.models)}; seeds {' '.join(map(str, e.seeds))}")
+        return
+    if args.name not in EXPERIMENTS:
+        p.error(f"unknown experiment '{args.name}': use one of {', '.join(EXPERIMENTS)} (--list describes them)")
+    # The bash presets read these; the runner does not: a run that silently ignored L=128 would
+    # train and tabulate L=64 under the user's belief that it is L=128.
+    for variable, option in PRESET_VARIABLES.items():
+        if os.environ.get(variable):
+            p.error(f"{variable}={os.environ[variable]} is not read by the experiment runner (it takes options): "
+                    f"use {option}, or unset {variable}")
+    experiment = EXPERIMENTS[args.name]
+    known = {name for m in experiment.models for name in names(m)}
+    for name in args.models or ():
+        if name not in known:
+            shown = dict.fromkeys(names(m)[1 if m.train_multiple == 1 else 2] for m in experiment.models)
+            p.error(f"unknown model '{name}' for {args.name}: use one of {', '.join(shown)}")
+    for name, values in (("--seeds", args.seeds), ("--lengths", args.lengths), ("--updates", [args.updates]),
+                         ("--train-length", [args.train_length]), ("--parallel", [args.parallel])):
+        if any(v is not None and v < (0 if name == "--seeds" else 1) for v in values or ()):
+            p.error(f"{name} must be {'non-negative' if name == '--seeds' else 'positive'} integers")
+    if args.task_flags and experiment.recipe != "synthetic":
+        p.error(f"--task-flags is for the synthetic tasks, not {args.name}: leave it out")
+    args.train_flags, args.task_flags = shlex.split(args.train_flags), shlex.split(args.task_flags)
+    # Paths given are the caller's; defaults (runs/, checkpoints/, data-bin/) are the repository's.
+    # Those inside the repository are kept relative to it, as the defaults are: rows name the same
+    # checkpoint whichever way it was given, and no machine's paths.
+    for name in ("data", "out", "checkpoints"):
+        if getattr(args, name):
+            path = os.path.abspath(getattr(args, name))
+            inside = os.path.relpath(path, REPO)
+            setattr(args, name, path if inside.split(os.sep)[0] == ".." else inside)
+    os.chdir(REPO)
+    Runner(args.name, experiment, args).run()
+
+
+def cli():
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops as Ctrl-C does
+    try:
+        main()
+    except KeyboardInterrupt:
+        raise SystemExit("\nstopped: run the same command again to continue (finished work is kept)")
+
+
+if __name__ == "__main__":
+    cli()
