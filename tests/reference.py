@@ -77,7 +77,7 @@ def naive_bias(positions, heads, head_dim):
 def naive_layer_bias(attn, x):
     """A layer's data-dependent bias for its input x (T, C), or None: FoX's forget gates, the
     sum over t = j+1..i of log sigmoid(w_h . x_t + b_h), one term at a time."""
-    gate = attn.layer_bias
+    gate = getattr(attn, "layer_bias", None)  # a stock model's attention has none
     if gate is None:
         return None
     weight, bias = gate.proj.weight.tolist(), gate.proj.bias.tolist()

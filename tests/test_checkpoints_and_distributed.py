@@ -17,6 +17,7 @@ pytestmark = pytest.mark.slow
 
 def load(path):
     from fairseq import checkpoint_utils
+    import fairseq_alibi.plugin  # noqa: F401  (the plugin's models)
 
     models, _ = checkpoint_utils.load_model_ensemble([str(path)])
     return models[0].eval()
@@ -162,6 +163,7 @@ def test_checkpoints_of_the_previous_design_load_with_the_same_logits(wt2_slice,
     import tarfile
 
     from fairseq import checkpoint_utils
+    import fairseq_alibi.plugin  # noqa: F401  (the plugin's models)
 
     archive = subprocess.run(["git", "archive", PREVIOUS_DESIGN, "fairseq_alibi"], cwd=REPO, capture_output=True)
     if archive.returncode != 0:

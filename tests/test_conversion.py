@@ -70,6 +70,7 @@ def test_cross_entropy_terms_are_the_negative_target_log_probs():
 
 def load(path):
     from fairseq import checkpoint_utils
+    import fairseq_alibi.plugin  # noqa: F401  (the plugin's models)
 
     models, _ = checkpoint_utils.load_model_ensemble([str(path)])
     return models[0].eval()
@@ -163,6 +164,7 @@ def test_conversion_is_idempotent_and_never_overwrites(sinusoidal_checkpoint, tm
 
 def lm_task(checkpoint, data, tokens_per_sample=32):
     from fairseq import checkpoint_utils, tasks
+    import fairseq_alibi.plugin  # noqa: F401  (the plugin's models)
 
     cfg = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))["cfg"]
     cfg.task.data = data
