@@ -11,15 +11,13 @@ Runs of several training seeds show as mean ± sample std (n), their means in th
 """
 import argparse
 import os
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from results import cell, mean_std, per_run, read_json_lines, written_whole  # noqa: E402
+from fairseq_alibi_lab.results import cell, mean_std, per_run, read_json_lines, written_whole  # noqa: E402
 
 
 def load(path):
