@@ -19,6 +19,7 @@ q, k, v are (batch, heads, T, d), queries bottom-right aligned with keys (the la
 """
 from typing import Dict, Optional
 
+import torch
 from torch import Tensor
 
 from ..base import warn_once
@@ -75,8 +76,6 @@ def takes_bias(name: str, positions, documents: bool = False) -> Optional[str]:
 def unusable(name: str, positions, x: Tensor, dropout: bool, documents: bool = False) -> Optional[str]:
     """None if kernel `name` can run this input (x: the layer input, dropout: attention dropout in
     training, documents: packed documents to keep apart), else why not."""
-    import torch
-
     kernel = KERNELS[name]
     why_not = takes_bias(name, positions, documents) or kernel.installed() or kernel.unusable(positions, x, dropout, documents)
     if why_not is None and torch.is_grad_enabled() and not kernel.trains_bias(documents) and \

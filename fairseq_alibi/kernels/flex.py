@@ -4,6 +4,7 @@ scores and is meant for testing); with packed documents a document mask_mod. Its
 gradient here (and FlexAttention's backward does not run on CPU)."""
 from typing import Optional
 
+import torch
 from torch import Tensor
 
 from ..base import warn_once
@@ -37,8 +38,6 @@ class Flex(Kernel):
         # Long ALiBi evaluation on a GPU without flash-attn: no heads x T x S mask in memory (at
         # 4096 tokens on an H100: 2.4x the twin's memory against 9.5x, at 0.85x the dense path's
         # speed; training keeps the dense path, whose speed against flex was not measured).
-        import torch
-
         return query_len > BLOCKED_ABOVE and not torch.is_grad_enabled() and flex_compiles(positions, x)
 
     def prepare(self, positions, dtype, documents=None, query_len=0):
@@ -81,7 +80,6 @@ def flex_alibi_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Optional[Tenso
     (block_mask: a given one, e.g. flex_document_block_mask's). ALiBi's -m (i - j) is the same
     counted from a document's start as from the row's."""
     global _compiled_flex, _flex_block_mask
-    import torch
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     offset = k.size(2) - q.size(2)
