@@ -11,6 +11,8 @@ neither copies them. Plain Python (torch only to read a checkpoint); no fairseq.
 """
 import sys
 
+from fairseq_alibi.checkpoints import checkpoint_summary  # the library's checkpoint reader (torch on use)
+
 # CPU scale on WikiText-2, tuned for the most model in minutes on 2 cores
 # (examples/wikitext2/results/PROVENANCE.md): Adam, lr 0.003 after 100 warmup updates, decaying
 # linearly to 0 at the last update (scripts/train.sh sets --total-num-update = --max-update),
@@ -69,7 +71,7 @@ def synthetic(updates=2400):
             "--max-target-positions", "1024")
 
 
-# The recipes by name, and what each trains (a KINDS value, below).
+# The recipes by name, and what each trains (a KINDS value of fairseq_alibi/checkpoints.py).
 RECIPE_KIND = {"small": "causal LM", "wiki103": "causal LM", "masked_lm": "masked LM", "synthetic": "encoder-decoder"}
 RECIPES = tuple(RECIPE_KIND)
 
@@ -95,11 +97,6 @@ def last_value(flags, name, default=None):
 
     return value(flags, name, default)
 
-
-# What a checkpoint is: the library's checkpoint inspector (fairseq_alibi/checkpoints.py), named here
-# too for the lab's callers.
-from fairseq_alibi.checkpoints import (KINDS, SCORED_BY, checkpoint_kind, checkpoint_summary, field,  # noqa: E402,F401
-                                       model_and_task, with_article, wrong_kind)
 
 
 class RunConflict(ValueError):

@@ -405,7 +405,7 @@ def test_each_tool_refuses_a_checkpoint_of_another_kind_naming_the_tool_that_tak
     for path, kind in [(masked, "a masked LM"), (saved_mlm, "a masked LM"), (translation, "an encoder-decoder")]:
         with pytest.raises(ConfigError, match=f"is {kind} checkpoint: only causal language models"):
             convert_state(torch.load(path, weights_only=False), replace_positions=True, name=str(path))
-    wrong_kind = recipes.wrong_kind
+    from fairseq_alibi.checkpoints import wrong_kind
     assert wrong_kind(torch.load(causal, weights_only=False), "lm.pt", "causal LM") is None
     assert wrong_kind(torch.load(masked, weights_only=False), "m.pt", "causal LM") == \
         "m.pt is a masked LM checkpoint, not a causal LM: score it with scripts/eval_mlm.py"
