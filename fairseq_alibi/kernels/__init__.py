@@ -3,7 +3,8 @@ declares, the registry, choose_kernel). Pure torch (plus flash-attn where instal
 
 - sdpa: PyTorch's scaled_dot_product_attention with the dense mask; takes any bias.
 - flash: FlashAttention-2 (>= 2.4, CUDA, fp16/bf16) with ALiBi's slopes, or no bias.
-- flex: PyTorch FlexAttention with ALiBi as a score_mod, or no bias.
+- flex: PyTorch FlexAttention with any bias written elementwise as a score_mod (with gradients
+  on a GPU), or no bias.
 - blocked: PyTorch's fused CPU kernel on blocks of queries, for long inputs on CPU (ALiBi, with
   gradients; T5's bias at evaluation; any bias with packed documents).
 choose_kernel picks one for an input; attention (attention.attention_bias) then calls build_kernel.
@@ -24,4 +25,4 @@ KERNEL_NAMES = ("auto", *sorted(KERNELS, key=lambda name: (name != "sdpa", name)
 from .blocked import (BLOCK, BlockedAlibiAttention, BlockedBias, DocumentBlocks, attention_with_lse,  # noqa: E402,F401
                       blocked_attention)
 from .flash import flash_available, flash_installed  # noqa: E402,F401
-from .flex import flex_alibi_attention  # noqa: E402,F401
+from .flex import flex_attention_with_bias  # noqa: E402,F401

@@ -196,10 +196,15 @@ def alibi_far_inputs(q, k, v, slopes, scale):
     v_far = torch.cat([v, v.new_zeros(batch, heads, key_len, 1)], dim=-1)
     slope_column = (slopes.float() / scale).to(q.dtype).view(1, heads, 1, 1)
     positions = torch.arange(key_len, device=q.device, dtype=torch.float32)
+    return k_far, v_far, slope_column, positions, alibi_reach(q, k, slopes, scale)
+
+
+def alibi_reach(q, k, slopes, scale):
+    """Each ALiBi head's reach in positions: keys further back weigh less than e^-30 of the row
+    together (blocked_attention's rule; inf for a slope of 0)."""
     spread = 2 * scale * q.float().norm(dim=-1).amax(dim=(0, 2)) * k.float().norm(dim=-1).amax(dim=(0, 2))
-    reach = [math.inf if m <= 0 else math.ceil((s + math.log(key_len) + 30) / m)
-             for s, m in zip(spread.tolist(), slopes.float().tolist())]
-    return k_far, v_far, slope_column, positions, reach
+    return [math.inf if m <= 0 else math.ceil((s + math.log(k.size(2)) + 30) / m)
+            for s, m in zip(spread.tolist(), slopes.float().tolist())]
 
 
 def far_groups(reach, c, r):

@@ -60,3 +60,9 @@ class Alibi(PositionMethod):
         slopes = self.query_slopes(query_pos).float()
         slopes = per_head(slopes, distance) if slopes.dim() == 1 else slopes.unsqueeze(-1)
         return slopes * distance  # -m (i - j)
+
+    def elementwise_bias(self):
+        if self.scaling == "dynamic_ntk":  # a per query, not written elementwise
+            return None
+        slopes = self.slopes.float()
+        return lambda head, query_pos, key_pos: -slopes[head] * (query_pos - key_pos)

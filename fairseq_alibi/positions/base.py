@@ -20,6 +20,10 @@ What attention asks of a method (attention.attention_bias, once per forward, and
 - linear_slopes: (heads,) m if the bias is exactly -m_h (i - j) (ALiBi without per-query
   scaling): kernels that compute that bias themselves (FlashAttention-2, FlexAttention, the
   blocked CPU kernel) take it from here. None otherwise.
+- elementwise_bias(): the same bias as a function of one (head, query position, key position),
+  elementwise on broadcastable integer tensors, fp32: what FlexAttention's score_mod adds
+  (kernels/flex.py). Built once per forward, reading the parameters then, so that their gradients
+  flow through it. None: not written so (flex then refuses the method).
 - constant_beyond(): (window, (heads,) value) if the bias is one constant per head for every
   distance i - j >= window (T5's last bucket), which the blocked kernel uses at evaluation.
 - kernels: the attention kernels that can compute this method at all (None: any kernel that takes
@@ -28,7 +32,7 @@ What attention asks of a method (attention.attention_bias, once per forward, and
 """
 import dataclasses
 import math
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -64,6 +68,9 @@ class PositionMethod(nn.Module):
         return None
 
     def rotary(self, positions: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
+        return None
+
+    def elementwise_bias(self) -> Optional[Callable[[Tensor, Tensor, Tensor], Tensor]]:
         return None
 
     def constant_beyond(self) -> Optional[Tuple[int, Tensor]]:

@@ -58,3 +58,21 @@ class Fire(PositionMethod):
         weight = self.mlp[0].weight
         out = self.mlp((distance / scale.unsqueeze(-1)).unsqueeze(-1).to(weight.dtype))  # (..., Tq, Tk, heads)
         return heads_first(out).float()
+
+    def elementwise_bias(self):
+        """The MLP written out over its hidden units (a score_mod takes elementwise operations only)."""
+        c = self.c.float()
+        threshold = (self.threshold_multiplier.float() * self.init_threshold).abs()
+        w1, b1 = self.mlp[0].weight[:, 0].float(), self.mlp[0].bias.float()
+        w2, b2 = self.mlp[2].weight.float(), self.mlp[2].bias.float()
+
+        def fire(head, query_pos, key_pos):
+            query = query_pos.float()
+            distance = torch.log(torch.abs(c * (query - key_pos.float())) + 1)
+            x = distance / (torch.log(torch.abs(c * torch.maximum(query, threshold)) + 1) + self.eps)
+            out = b2[head]
+            for unit in range(w1.numel()):
+                out = out + w2[head, unit] * torch.relu(w1[unit] * x + b1[unit])
+            return out
+
+        return fire

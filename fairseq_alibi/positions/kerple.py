@@ -44,12 +44,23 @@ class Kerple(PositionMethod):
             self.r2 = nn.Parameter(torch.rand(heads) * 2)
             self.r1 = nn.Parameter(torch.rand(heads))
 
-    def bias(self, query_pos, key_pos):
+    def clamp_(self):
+        """As the official code, before each use: back to the bounds, keeping the gradient."""
         with torch.no_grad():
             self.r1.clamp_(min=self.eps)
             self.r2.clamp_(min=self.eps, max=2.0 if self.variant == "power" else None)
+
+    def bias(self, query_pos, key_pos):
+        self.clamp_()
         distance = signed_distance(query_pos, key_pos).abs()
         r1, r2 = per_head(self.r1.float(), distance), per_head(self.r2.float(), distance)
         if self.variant == "log":
             return -r1 * torch.log1p(r2 * distance)
         return -r1 * distance.pow(r2)
+
+    def elementwise_bias(self):
+        self.clamp_()
+        r1, r2 = self.r1.float(), self.r2.float()
+        if self.variant == "log":
+            return lambda head, query_pos, key_pos: -r1[head] * torch.log1p(r2[head] * (query_pos - key_pos).abs().float())
+        return lambda head, query_pos, key_pos: -r1[head] * (query_pos - key_pos).abs().float().pow(r2[head])

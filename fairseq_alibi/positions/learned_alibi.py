@@ -3,9 +3,9 @@ starting at the log of the paper's slopes, so training starts from ALiBi; shared
 ALiBi's slopes are. The paper (section 3) tried trainable slopes and kept fixed ones (no gain,
 slower); this is the baseline a data-dependent ALiBi (fox.py) is measured against.
 
-Kernels that compute -m (i - j) themselves (FlashAttention-2, FlexAttention, the blocked CPU kernel)
-take these slopes at evaluation; they give them no gradient, so training leaves them to sdpa
-(kernels.unusable), which does."""
+Kernels that compute -m (i - j) from given slopes (FlashAttention-2, the blocked CPU kernel) take
+these slopes at evaluation; they give them no gradient, so training leaves them to sdpa
+(kernels.unusable), which does, or to FlexAttention on a GPU (elementwise_bias)."""
 import dataclasses
 
 import torch
@@ -35,3 +35,7 @@ class LearnedAlibi(PositionMethod):
     def bias(self, query_pos, key_pos):
         distance = -signed_distance(query_pos, key_pos)  # j - i
         return per_head(self.log_slopes.float().exp(), distance) * distance  # -m (i - j)
+
+    def elementwise_bias(self):
+        slopes = self.log_slopes.float().exp()
+        return lambda head, query_pos, key_pos: -slopes[head] * (query_pos - key_pos)

@@ -25,12 +25,25 @@ class Sandwich(PositionMethod):
             raise ValueError(f"Sandwich sums over d/2 frequencies: the head dimension must be even, got {head_dim}")
         self.heads, self.head_dim = heads, head_dim
 
-    def bias(self, query_pos, key_pos):
-        # Computed here in fp32, not kept as buffers: a model cast to fp16 would round them.
-        device = query_pos.device
+    def constants(self, device):
+        """(d/2,) frequencies and (heads,) scales 8h / H, in fp32 (computed, not kept as buffers: a
+        model cast to fp16 would round them)."""
         k = torch.arange(1, self.head_dim // 2 + 1, device=device, dtype=torch.float64)
         frequencies = (10000.0 ** (-2 * k / self.head_dim)).float()
-        head_scales = 8 * torch.arange(1, self.heads + 1, device=device, dtype=torch.float32) / self.heads
+        return frequencies, 8 * torch.arange(1, self.heads + 1, device=device, dtype=torch.float32) / self.heads
+
+    def bias(self, query_pos, key_pos):
+        frequencies, head_scales = self.constants(query_pos.device)
         distance = signed_distance(query_pos, key_pos).abs()
         waves = torch.cos(distance.unsqueeze(-1) * frequencies).sum(-1) - self.head_dim // 2
         return waves[None] / per_head(head_scales, waves)
+
+    def elementwise_bias(self):
+        frequencies = self.constants(None)[0].tolist()  # python floats: one cos per frequency, unrolled
+
+        def sandwich(head, query_pos, key_pos):
+            distance = (query_pos - key_pos).abs().float()
+            waves = sum(torch.cos(distance * frequency) for frequency in frequencies) - self.head_dim // 2
+            return waves / ((head + 1) * 8.0 / self.heads)  # 8h / H, h from 1
+
+        return sandwich

@@ -34,5 +34,10 @@ class T5Bias(PositionMethod):
         buckets = t5_buckets(signed_distance(query_pos, key_pos).long(), self.num_buckets, self.max_distance)
         return heads_first(F.embedding(buckets, self.weight)).float()
 
+    def elementwise_bias(self):
+        weight = self.weight.float()
+        return lambda head, query_pos, key_pos: weight[
+            t5_buckets((query_pos - key_pos).long(), self.num_buckets, self.max_distance), head]
+
     def constant_beyond(self):
         return self.max_distance, self.weight[self.num_buckets - 1]

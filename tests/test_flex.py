@@ -1,0 +1,117 @@
+"""FlexAttention for every bias we have (kernels/flex.py), on CPU, where it runs forward only:
+each method's elementwise_bias equals its dense bias; the model through flex gives the dense
+path's logits, with packed documents too; and the gradients that reach every parameter through
+the very same score_mod and block mask, applied to explicit scores, are the dense path's. On a GPU
+tests/test_gpu.py runs the compiled kernel's own backward."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import random_tokens
+from reference import assert_same_logits
+from test_documents import SEPARATOR, VOCAB, model, packed_rows
+from test_position_methods import METHODS
+from fairseq_alibi.alibi import alibi_mask, alibi_slopes
+from fairseq_alibi.kernels import KERNELS
+from fairseq_alibi.kernels.flex import alibi_block_mask, flex_attention_with_bias
+
+# Every method flex takes: all but FoX (its bias comes from each layer's input: sdpa only).
+FLEX_METHODS = [name for name in METHODS if name != "fox"]
+
+
+def with_kernel(variant, kernel, separator=None):
+    return model(variant, "--attention-kernel", kernel, separator=separator)
+
+
+@pytest.mark.parametrize("variant", [v for v in FLEX_METHODS if v not in ("rotary", "nope")])
+def test_the_elementwise_bias_is_the_dense_bias(variant):
+    m, _ = with_kernel(variant, "sdpa")
+    positions = m.decoder.positions
+    queries, keys = torch.arange(40, 90), torch.arange(90)
+    heads = torch.arange(positions.bias(queries[:1], keys[:1]).size(0))
+    got = positions.elementwise_bias()(heads[:, None, None], queries[None, :, None], keys[None, None, :])
+    # FIRE's MLP and Sandwich's sum run in another order elementwise: equal to rounding.
+    torch.testing.assert_close(got, positions.bias(queries, keys), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("documents", [False, True], ids=["packed", "documents"])
+@pytest.mark.parametrize("variant", FLEX_METHODS)
+def test_flex_gives_the_dense_logits_for_every_method(variant, documents):
+    separator = SEPARATOR if documents else None
+    reference, _ = with_kernel(variant, "sdpa", separator)
+    flex, d = with_kernel(variant, "flex", separator)
+    tokens = packed_rows(d, 40) if documents else random_tokens(VOCAB + 3, 2, 40, seed=4)
+    assert_same_logits(flex, reference, tokens)
+
+
+def explicit_flex_attention(calls):
+    """flex_attention as explicit scores: the score_mod and the block mask's mask_mod applied to
+    broadcast index grids, then softmax (what FlexAttention computes, with autograd's gradients)."""
+
+    def attention(q, k, v, score_mod=None, block_mask=None):
+        calls.append(score_mod is not None)
+        batch, heads, query_len, dim = q.shape
+        grids = (torch.arange(batch)[:, None, None, None], torch.arange(heads)[None, :, None, None],
+                 torch.arange(query_len)[None, None, :, None], torch.arange(k.size(2))[None, None, None, :])
+        scores = (q @ k.transpose(-1, -2)).float() * dim ** -0.5
+        if score_mod is not None:
+            scores = score_mod(scores, *grids)
+        scores = scores.masked_fill(~block_mask.mask_mod(*grids), float("-inf"))
+        return (scores.softmax(-1) @ v.float()).to(q.dtype)
+
+    return attention
+
+
+@pytest.mark.parametrize("documents", [False, True], ids=["packed", "documents"])
+@pytest.mark.parametrize("variant", FLEX_METHODS)
+def test_flex_score_functions_give_every_parameter_the_dense_gradient(variant, documents, monkeypatch):
+    import torch.nn.attention.flex_attention as flex_module
+
+    calls = []
+    monkeypatch.setattr(flex_module, "flex_attention", explicit_flex_attention(calls))
+    monkeypatch.setattr(KERNELS["flex"], "unusable", lambda *args: None)  # as on a GPU: training through flex
+    separator = SEPARATOR if documents else None
+    reference, _ = with_kernel(variant, "sdpa", separator)
+    flex, d = with_kernel(variant, "flex", separator)
+    tokens = packed_rows(d, 30) if documents else random_tokens(VOCAB + 3, 2, 30, seed=5)
+    for m in (reference, flex):
+        m.train()
+        m.zero_grad()
+        F.log_softmax(m(tokens)[0].float(), -1).logsumexp(-1).mean().backward()
+    assert calls and all(calls) == (variant not in ("rotary", "nope"))  # flex ran, with the bias
+    expected = dict(reference.named_parameters())
+    position_params = 0
+    for name, p in flex.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+        position_params += "positions" in name or "relative_attention_bias" in name or name.startswith(
+            tuple(f"decoder.{n}." for n in ("kerple", "fire", "learned_alibi")))
+    if variant in ("kerple_log", "kerple_power", "fire", "learned_alibi", "t5_bias"):
+        assert position_params > 0  # the learned bias's own parameters were among those compared
+
+
+def test_training_on_cpu_leaves_flex_to_sdpa_with_the_reason():
+    from fairseq_alibi.kernels import unusable
+
+    m, _ = with_kernel("kerple_log", "flex")
+    x = torch.zeros(1, 1, 32)
+    assert "no FlexAttention backward on CPU" in unusable("flex", m.decoder.positions, x, False)
+    with torch.no_grad():
+        assert unusable("flex", m.decoder.positions, x, False) is None
+
+
+def test_alibi_through_flex_skips_the_blocks_its_bias_silenced():
+    """At 1024 tokens the steep heads read back only as far as the blocked kernel's rule allows:
+    fewer key blocks than the causal mask, the same output as the dense mask."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    torch.manual_seed(0)
+    heads, length = 8, 1024
+    q, k, v = (torch.randn(1, heads, length, 16) for _ in range(3))
+    slopes = torch.tensor(alibi_slopes(heads))
+    skipping = alibi_block_mask(q, k, slopes)
+    causal = create_block_mask(lambda b, h, i, j: i >= j, None, heads, length, length, device="cpu")
+    assert skipping.sparsity() > causal.sparsity() + 5  # percent of blocks skipped
+    with torch.no_grad():
+        got = flex_attention_with_bias(q, k, v, lambda h, i, j: -slopes[h] * (i - j), skipping)
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=alibi_mask(slopes, length, length))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
