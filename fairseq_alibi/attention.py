@@ -20,6 +20,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 
 from .documents import Documents, document_bias
 from .kernels import build_kernel, choose_kernel
+from .kernels.sdpa import masked_attention
 from .rotary import apply_rotary
 
 
@@ -193,9 +194,11 @@ class RelativeSelfAttention(MultiheadAttention):
         dropout = self.dropout_module.p if self.training else 0.0
         if bias.kernel is not None:
             out = bias.kernel.attend(q, k, v, dropout)
+        elif mask is not None:
+            out = masked_attention(q, k, v, mask, dropout)  # no backend found wrong on masks (kernels/sdpa.py)
         else:
-            is_causal = bias.causal and mask is None and tgt_len > 1  # then tgt_len == src_len
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+            is_causal = bias.causal and tgt_len > 1  # then tgt_len == src_len
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal)
         out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
         return self.out_proj(out), None
 

@@ -74,6 +74,9 @@ class Experiment:
     checkpoints: str = ""
     # A module whose report(rows, out) writes a table of its own from the declared runs' rows (the trade's).
     report: str = ""
+    # fairseq-train flags for every model, after the recipe's (a model size other than the recipe's).
+    train_flags: tuple = ()
+    updates: int = 0  # training updates (0: the recipe's)
 
 
 SEPARATOR = "<doc>"  # what prepare-wikitext.sh --documents writes between articles
@@ -183,6 +186,23 @@ EXPERIMENTS["littlebird-long"] = Experiment(
     multiples=(1, 2, 4, 8), strides=("0",))
 
 
+# The second scale (issue 48: a GPU's call of minutes): the small recipe's optimiser and schedule on a
+# model of 6 layers, d 256 (8 heads of 32: FlexAttention compiles them), at L=512 with 16 sequences
+# per update, 800 updates (about 3 epochs of WikiText-2), lr 0.002 (not tuned: the small recipe's
+# 0.003 was tuned for d 128); checkpoints kept at the end only.
+SCALE2_FLAGS = ("--decoder-layers", "6", "--decoder-embed-dim", "256", "--decoder-input-dim", "256",
+                "--decoder-output-dim", "256", "--decoder-ffn-embed-dim", "1024", "--decoder-attention-heads", "8",
+                "--max-tokens", "8192", "--lr", "0.002", "--save-interval-updates", "800", "--keep-interval-updates", "1",
+                "--no-epoch-checkpoints")
+EXPERIMENTS["scale2"] = Experiment(
+    "The comparison at a second scale, on a GPU in fp16: ALiBi, the sinusoidal twin, rotary (+YaRN at "
+    "evaluation), KERPLE and FIRE, 6 layers of d 256 trained at L=512, scored to 8L.",
+    (SINUSOIDAL, Model("Rotary", "rotary", scalings=("yarn",)), dataclasses.replace(ALIBI, scalings=()),
+     Model("KERPLE log", "kerple", ("--kerple-variant", "log")),
+     Model("FIRE", "fire", ("--fire-init-threshold", "512"))),
+    train_length=512, multiples=(1, 2, 4, 8), train_flags=SCALE2_FLAGS, updates=800)
+
+
 def slug(label):
     return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
 
@@ -206,7 +226,8 @@ class Runner:
         self.kind = recipes.RECIPE_KIND[experiment.recipe]  # causal LM, masked LM, encoder-decoder
         self.masked = self.kind == "masked LM"
         self.seq2seq = self.kind == "encoder-decoder"  # its data and sizes are the tasks': no L
-        self.updates = args.updates or int(recipes.last_value(recipes.recipe(experiment.recipe, self.length), "--max-update"))
+        self.updates = args.updates or experiment.updates or int(
+            recipes.last_value(recipes.recipe(experiment.recipe, self.length), "--max-update"))
         self.out = args.out or os.path.join("runs", name)
         self.checkpoints = args.checkpoints or os.path.join("checkpoints", experiment.checkpoints or name)
         self.models = [m for m in experiment.models if not args.models or set(names(m)) & set(args.models)]
@@ -231,8 +252,8 @@ class Runner:
         memory to SAVE/resources.jsonl."""
         save = self.save_dir(model, seed)
         os.makedirs(save, exist_ok=True)
-        common = [*model.flags, "--seed", str(seed), "--max-update", str(self.updates), "--log-interval", "50",
-                  "--no-progress-bar", *self.args.train_flags]
+        common = [*self.experiment.train_flags, *model.flags, "--seed", str(seed), "--max-update", str(self.updates),
+                  "--log-interval", "50", "--no-progress-bar", *self.args.train_flags]
         if self.kind != "causal LM":  # train_once.sh writes the log and measures
             command = [os.path.join("scripts", "train_once.sh"), save, f"{model.label} (seed {seed})", "--",
                        "fairseq-train", self.binarized, "--save-dir", save, "--user-dir", "fairseq_alibi", "--arch", model.method,

@@ -43,3 +43,28 @@ def test_littlebird_benchmark_smoke_measures_each_encoder_against_dense():
         assert length == "256" or growth == ""  # memory against the same encoder at T/2
         if encoder == "dense BiALiBi":
             assert float(speed) == 1.0 and memory in ("1.00", "")
+
+
+@pytest.mark.slow
+def test_the_device_script_runs_every_step_at_toy_sizes(tmp_path):
+    """benchmarks/device.py --dry-run: the GPU call's steps (the scale2 comparison through the runner,
+    the GPU tests, the backend check, the kernels against the floor, Table 1) at toy sizes on CPU,
+    so that the script cannot rot between the rare calls that have a GPU."""
+    import json
+    import subprocess
+    import sys
+    import tarfile
+
+    done = subprocess.run([sys.executable, "benchmarks/device.py", "--dry-run", "--out", str(tmp_path / "device")],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    record = json.loads((tmp_path / "device" / "device.json").read_text())
+    assert set(record["steps"]) == {"comparison", "tests", "backends", "kernels", "table1"}
+    assert all(step["status"] == 0 for step in record["steps"].values())
+    assert "/tmp" not in json.dumps(record["steps"])  # no machine's paths in the provenance
+    rows = [json.loads(line) for line in (tmp_path / "device" / "scale2" / "results.jsonl").read_text().splitlines()]
+    assert {r["label"] for r in rows} >= {"ALiBi", "Sinusoidal", "Unigram (add-one)"}
+    assert "| ALiBi |" in (tmp_path / "device" / "scale2" / "table_valid_stride0.md").read_text()
+    assert "| (floor: no bias) |" in (tmp_path / "device" / "kernels-gpu.md").read_text()
+    with tarfile.open(tmp_path / "device-results.tar.gz") as tar:
+        assert "device/backends-gpu.md" in tar.getnames()

@@ -115,3 +115,45 @@ def test_alibi_through_flex_skips_the_blocks_its_bias_silenced():
         got = flex_attention_with_bias(q, k, v, lambda h, i, j: -slopes[h] * (i - j), skipping)
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=alibi_mask(slopes, length, length))
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_every_sdpa_backend_here_takes_the_plugins_masks_correctly_or_not_at_all():
+    """The backend check on this machine's backends (on a GPU: math, efficient, flash, cuDNN): each
+    either refuses the masked input or gives fp32 math's output; benchmarks/backends.py writes the
+    same check as a table, on the GPU in fp16 and bf16 too."""
+    from fairseq_alibi.kernels.sdpa import WRONG_ABOVE, backend_errors, probe_input
+
+    dtypes = [torch.float32] + ([torch.float16, torch.bfloat16] if torch.cuda.is_available() else [])
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for dtype in dtypes:
+        errors = backend_errors(*probe_input(device, dtype))
+        assert errors["math"] is not None
+        for name, error in errors.items():
+            assert error is None or error < WRONG_ABOVE[dtype], (name, dtype, error)
+
+
+def test_a_backend_wrong_on_masks_is_never_selected_and_said_once(monkeypatch, caplog):
+    import fairseq_alibi.base as base
+    import fairseq_alibi.kernels.sdpa as sdpa
+
+    wrong = []
+
+    def run(backend, q, k, v, mask):  # as if the efficient backend read the mask wrongly
+        out = sdpa.F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if backend == sdpa.backends()["efficient"]:
+            wrong.append(backend)
+            return out + 1
+        return out
+
+    monkeypatch.setattr(sdpa, "run_backend", run)
+    monkeypatch.setattr(sdpa, "_allowed", {})
+    base._warned.clear()
+    reference, _ = with_kernel("alibi", "sdpa")
+    tokens = random_tokens(VOCAB + 3, 2, 20, seed=6)
+    with torch.no_grad():
+        expected = reference(tokens)[0]
+        assert wrong and len(caplog.text.split("gives wrong results")) == 2
+        allowed = sdpa.masked_backends(torch.zeros(1))
+        assert sdpa.backends()["efficient"] not in allowed and sdpa.backends()["math"] in allowed
+        torch.testing.assert_close(reference(tokens)[0], expected)  # through the kept backends
+    assert len(caplog.text.split("gives wrong results")) == 2  # said once

@@ -104,3 +104,27 @@ def test_auto_evaluates_long_alibi_inputs_with_flex_on_a_gpu_without_flash_atten
         assert choose_kernel("auto", dec.positions, x, 512, False, False) == "sdpa"
         tokens = packed(d, 1100, None)
         assert relative_error(auto(tokens)[0], reference(tokens)[0]) < TOLERANCE[torch.float16]
+
+
+@pytest.mark.parametrize("documents", [False, True], ids=["packed", "documents"])
+@pytest.mark.parametrize("variant", [v for v in METHODS if v != "fox"])
+def test_flex_trains_every_bias_on_the_gpu(variant, documents):
+    """Compiled FlexAttention in bf16 with each method's elementwise bias: the logits and every
+    parameter's gradient (the learned bias's own included) those of fp32 on the dense path."""
+    import torch._dynamo
+
+    torch._dynamo.config.cache_size_limit = 64  # one compiled score_mod per method here; a training has one
+    separator = SEPARATOR if documents else None
+    reference, d = model(variant, *HEAD_DIM_16, "--attention-kernel", "sdpa", separator=separator)
+    flex, _ = model(variant, *HEAD_DIM_16, "--attention-kernel", "flex", separator=separator)
+    reference, flex = reference.cuda(), flex.to("cuda", torch.bfloat16)
+    tokens = packed(d, 300, separator)
+    for m in (reference, flex):
+        m.train()
+        m.zero_grad()
+        m(tokens)[0].float().logsumexp(-1).mean().backward()
+    assert flex.decoder.attention_kernel == "flex"
+    expected = dict(reference.named_parameters())
+    for name, p in flex.named_parameters():
+        if expected[name].grad is not None and expected[name].grad.norm() > 0:
+            assert relative_error(p.grad, expected[name].grad) < 5 * TOLERANCE[torch.bfloat16], name
