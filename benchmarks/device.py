@@ -36,7 +36,8 @@ LIMITS = {"comparison": 300, "tests": 200, "backends": 40, "kernels": 60, "table
 def steps(out, dry_run):
     """(name, command, limit in seconds, background) of each step; the dry run's toy sizes on CPU."""
     py = sys.executable
-    comparison = [py, "scripts/experiment.py", "scale2", "--out", f"{out}/scale2", "--checkpoints", f"{out}/../checkpoints-scale2"]
+    comparison = [py, "scripts/experiment.py", "scale2", "--out", f"{out}/scale2", "--checkpoints", f"{out}/../checkpoints-scale2",
+                  "--data", "data-bin/wikitext-2"]  # carried to the GPU machine (it reaches no download)
     if dry_run:
         comparison += ["--models", "alibi", "sinusoidal", "--seeds", "1", "--updates", "2", "--lengths", "16", "32",
                        "--train-flags", "--decoder-layers 1 --decoder-embed-dim 32 --decoder-input-dim 32 "
