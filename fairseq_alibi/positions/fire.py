@@ -65,11 +65,12 @@ class Fire(PositionMethod):
         threshold = (self.threshold_multiplier.float() * self.init_threshold).abs()
         w1, b1 = self.mlp[0].weight[:, 0].float(), self.mlp[0].bias.float()
         w2, b2 = self.mlp[2].weight.float(), self.mlp[2].bias.float()
+        eps = c.new_tensor(self.eps)  # a tensor: torch.compile cannot bind a captured float (PyTorch 2.11)
 
         def fire(head, query_pos, key_pos):
             query = query_pos.float()
             distance = torch.log(torch.abs(c * (query - key_pos.float())) + 1)
-            x = distance / (torch.log(torch.abs(c * torch.maximum(query, threshold)) + 1) + self.eps)
+            x = distance / (torch.log(torch.abs(c * torch.maximum(query, threshold)) + 1) + eps)
             out = b2[head]
             for unit in range(w1.numel()):
                 out = out + w2[head, unit] * torch.relu(w1[unit] * x + b1[unit])

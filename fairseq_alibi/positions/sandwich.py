@@ -39,11 +39,13 @@ class Sandwich(PositionMethod):
         return waves[None] / per_head(head_scales, waves)
 
     def elementwise_bias(self):
-        frequencies = self.constants(None)[0].tolist()  # python floats: one cos per frequency, unrolled
+        half = self.head_dim // 2
 
         def sandwich(head, query_pos, key_pos):
+            # Each frequency computed from integers here, not captured: torch.compile would make a
+            # captured float an input it cannot bind (PyTorch 2.11 on an H100).
             distance = (query_pos - key_pos).abs().float()
-            waves = sum(torch.cos(distance * frequency) for frequency in frequencies) - self.head_dim // 2
+            waves = sum(torch.cos(distance * 10000.0 ** (-2 * k / self.head_dim)) for k in range(1, half + 1)) - half
             return waves / ((head + 1) * 8.0 / self.heads)  # 8h / H, h from 1
 
         return sandwich
