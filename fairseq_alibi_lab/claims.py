@@ -31,6 +31,11 @@ class Claim:
 CLAIMS = (
     Claim("KERPLE (log) extrapolates better than ALiBi", ("KERPLE log", 16), ("ALiBi", 16), "lower"),
     Claim("FIRE extrapolates better than ALiBi", ("FIRE", 16), ("ALiBi", 16), "lower"),
+    # The same at 8L, the longest the second scale (scale2, L=512) is scored at.
+    Claim("KERPLE (log) extrapolates better than ALiBi (8L)", ("KERPLE log", 8), ("ALiBi", 8), "lower"),
+    Claim("FIRE extrapolates better than ALiBi (8L)", ("FIRE", 8), ("ALiBi", 8), "lower"),
+    Claim("YaRN closes rotary's gap past L (rotary + YaRN at 8L no worse than ALiBi)", ("Rotary + YaRN", 8),
+          ("ALiBi", 8), "at most"),
     # With a sliding window every token scored at 16L sees at least 8L tokens before it; at L,
     # at least L/2. Lower at 16L: the model uses context beyond its training length.
     Claim("Sandwich uses context beyond L", ("Sandwich", 16), ("Sandwich", 1), "lower", ("L_valid/2",)),
