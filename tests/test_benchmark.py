@@ -64,7 +64,7 @@ def test_the_device_script_runs_every_step_at_toy_sizes(tmp_path):
     assert "/tmp" not in json.dumps(record["steps"])  # no machine's paths in the provenance
     rows = [json.loads(line) for line in (tmp_path / "device" / "scale2" / "results.jsonl").read_text().splitlines()]
     assert {r["label"] for r in rows} >= {"ALiBi", "Sinusoidal", "Unigram (add-one)"}
-    assert "| ALiBi |" in (tmp_path / "device" / "scale2" / "table_valid_stride0.md").read_text()
+    assert "| ALiBi 16 |" in (tmp_path / "device" / "scale2" / "table_valid_stride0.md").read_text()  # label and L
     assert "| (floor: no bias) |" in (tmp_path / "device" / "kernels-gpu.md").read_text()
     with tarfile.open(tmp_path / "device-results.tar.gz") as tar:
         assert "device/backends-gpu.md" in tar.getnames()
