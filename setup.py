@@ -20,10 +20,12 @@ setup(
         "sacremoses",  # raw text in and out of the hub interface (tokenizer="moses")
     ],
     # pytest-xdist: make test runs the suite on every core.
-    extras_require={"test": ["pytest", "pytest-xdist"]},
+    # hf: export to and import from Hugging Face (fairseq_alibi/hf/), and lm-eval on exported models.
+    extras_require={"test": ["pytest", "pytest-xdist"],
+                    "hf": ["transformers>=5,<6", "tokenizers", "safetensors", "lm-eval"]},
     # fairseq's tools with the plugin loaded, from any directory (fairseq_alibi/cli.py).
     entry_points={"console_scripts": [
         f"fairseq-alibi-{tool.replace('_', '-')}=fairseq_alibi.cli:{tool}"
         for tool in ("train", "eval_lm", "generate", "interactive")
-    ]},
+    ] + ["fairseq-alibi-export-hf=fairseq_alibi.hf.export:main"]},
 )

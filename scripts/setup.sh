@@ -13,6 +13,6 @@ python3 -m venv .venv
 # Pin torch first: an unpinned torch pulled in by fairseq would be a multi-GB CUDA build.
 .venv/bin/pip install -q torch==2.13.0
 # fairseq-fixed (Python >= 3.11) compiles for about 3 minutes on a fresh machine.
-.venv/bin/pip install -q -e ".[test]"
+.venv/bin/pip install -q -e ".[test,hf]"
 rm -f .venv/.installed-* && touch "$stamp"
 echo "set up .venv"

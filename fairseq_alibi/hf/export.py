@@ -1,0 +1,211 @@
+"""fairseq-alibi-export-hf CHECKPOINT OUT_DIR: a causal LM of this plugin (any position method) or
+fairseq's own transformer_lm (sinusoidal, learned or no positions) as a Hugging Face folder that
+torch and transformers alone load:
+
+    model = AutoModelForCausalLM.from_pretrained(OUT_DIR, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(OUT_DIR)
+
+The folder holds config.json (the model's layout, its position method and options, and where it
+came from), model.safetensors (fairseq's parameter names where the layout is the same), the
+modeling file (hf/bundle.py) and a tokenizer that maps a text to the ids fairseq's dictionary
+gives it (hf/tokenizer.py). Its logits are fairseq's log-probabilities up to a constant per
+position (exactly them for an adaptive softmax).
+"""
+import argparse
+import enum
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+
+from ..checkpoints import field, model_and_task, read_state
+from ..provenance import commit
+from .bundle import FILE_NAME, bundled_source
+
+AUTO_MAP = {"AutoConfig": "modeling_fairseq_alibi.FairseqAlibiConfig",
+            "AutoModelForCausalLM": "modeling_fairseq_alibi.FairseqAlibiForCausalLM"}
+
+
+class CannotExport(SystemExit):
+    """A model the export cannot represent: one line, nothing written."""
+
+    def __init__(self, message):
+        super().__init__(f"fairseq-alibi-export-hf: {message}")
+
+
+def linear_weight(module):
+    """The (out, in) matrix of a bias-free linear map of fairseq's adaptive softmax: nn.Linear or
+    its TiedLinear (a shared weight, maybe transposed)."""
+    if isinstance(module, torch.nn.Linear):
+        return module.weight
+    return module.weight.t() if module.transpose else module.weight
+
+
+def adaptive_softmax_weights(softmax):
+    """The adaptive softmax's layout (hf config) and weights under OutputLayer's names."""
+    head, weights = softmax.head, {}
+    if isinstance(head, torch.nn.Linear):  # untied: words and clusters in one matrix
+        first = softmax.cutoff[0]
+        weights["head_words.weight"], weights["head_clusters.weight"] = head.weight[:first], head.weight[first:]
+        head_dim = None
+    else:  # TiedHeadModule: the first input band's embeddings, maybe behind a projection
+        words = head.word_proj
+        head_dim = None
+        if isinstance(words, torch.nn.Sequential):
+            weights["head_proj.weight"] = words[0].weight
+            head_dim, words = words[0].out_features, words[1]
+        weights["head_words.weight"], weights["head_clusters.weight"] = linear_weight(words), head.class_proj.weight
+    tail_dims = []
+    for i, tail in enumerate(softmax.tail):  # Sequential(projection, dropout, output)
+        projection, output = linear_weight(tail[0]), linear_weight(tail[2])
+        weights[f"tails.{i}.0.weight"], weights[f"tails.{i}.1.weight"] = projection, output
+        tail_dims.append(projection.size(0))
+    return {"cutoff": list(softmax.cutoff), "head_dim": head_dim, "tail_dims": tail_dims}, weights
+
+
+def position_layout(decoder, model_cfg):
+    """(positions, position_options, max_positions) of the config for this decoder."""
+    from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
+
+    from ..decoder import PositionDecoder
+    from ..positions import METHODS
+
+    if isinstance(decoder, PositionDecoder):
+        method = decoder.positions.method
+        config = METHODS[method].Config.from_args(model_cfg)
+        return method, {f: plain(getattr(config, f)) for f in config.__dataclass_fields__}, None
+    positions = decoder.embed_positions
+    if positions is None:
+        return "nope", {}, None
+    if isinstance(positions, LearnedPositionalEmbedding):
+        return "learned", {}, positions.weight.size(0) - decoder.padding_idx - 1
+    if isinstance(positions, SinusoidalPositionalEmbedding):
+        return "sinusoidal", {}, None
+    raise CannotExport(f"position embeddings of type {type(positions).__name__} are not supported")
+
+
+def refuse_unsupported(decoder, name):
+    if getattr(decoder, "document_separator", None) is not None:
+        raise CannotExport(f"{name} keeps packed documents apart (--document-separator), which the exported model "
+                           "does not: not supported yet")
+    layer = decoder.layers[0]
+    for part, flag in (("c_attn", "--scale-heads"), ("attn_ln", "--scale-attn"), ("ffn_layernorm", "--scale-fc"),
+                       ("w_resid", "--scale-resids"), ("encoder_attn", "an encoder")):
+        if getattr(layer, part, None) is not None:
+            raise CannotExport(f"{name} has {flag} (NormFormer or cross-attention), which the export does not support")
+    if getattr(layer, "cross_self_attention", False):
+        raise CannotExport(f"{name} uses --cross-self-attention, which the export does not support")
+
+
+def plain(value):
+    """A config value as JSON writes it (fairseq's ChoiceEnum options are enums of strings)."""
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def hf_model_of(model, dictionary, provenance):
+    """The FairseqAlibiForCausalLM (built from this package's modeling file) with the fairseq
+    model's weights: a strict load, so that every parameter of one is a parameter of the other."""
+    from .modeling_fairseq_alibi import FairseqAlibiConfig, FairseqAlibiForCausalLM
+
+    decoder = model.decoder
+    model_cfg = decoder.args  # the model's options, fairseq's and the method's
+    positions, options, max_positions = position_layout(decoder, model_cfg)
+    layer = decoder.layers[0]
+    state = {f"decoder.{k}": v for k, v in decoder.state_dict().items()
+             if not (k.startswith(("output_projection.", "adaptive_softmax.", "embed_positions._float_tensor"))
+                     or k.endswith(("version", "_float_tensor")))}
+    adaptive_input = None
+    if hasattr(decoder.embed_tokens, "cutoff"):  # AdaptiveInput: its bands, under the same names
+        adaptive_input = {"cutoff": list(decoder.embed_tokens.cutoff),
+                          "dims": [band[0].embedding_dim for band in decoder.embed_tokens.embeddings]}
+    adaptive_softmax = None
+    if decoder.adaptive_softmax is not None:
+        adaptive_softmax, output = adaptive_softmax_weights(decoder.adaptive_softmax)
+        state.update({f"output_layer.{k}": v for k, v in output.items()})
+    else:
+        state["output_layer.weight"] = decoder.output_projection.weight
+    input_dim = decoder.project_in_dim.in_features if decoder.project_in_dim is not None else decoder.embed_dim
+    output_dim = decoder.project_out_dim.out_features if decoder.project_out_dim is not None else decoder.embed_dim
+    config = FairseqAlibiConfig(
+        vocab_size=len(dictionary), hidden_size=decoder.embed_dim, num_hidden_layers=len(decoder.layers),
+        num_attention_heads=layer.self_attn.num_heads, intermediate_size=layer.fc1.out_features,
+        activation=plain(field(model_cfg, "activation_fn") or "relu"), normalize_before=layer.normalize_before,
+        final_layer_norm=decoder.layer_norm is not None, layernorm_embedding=decoder.layernorm_embedding is not None,
+        embed_scale=float(decoder.embed_scale), input_dim=input_dim, output_dim=output_dim,
+        adaptive_input=adaptive_input, adaptive_softmax=adaptive_softmax, positions=positions,
+        position_options=options, max_positions=max_positions, padding_idx=dictionary.pad(),
+        dropout=float(field(model_cfg, "dropout") or 0.0), attention_dropout=float(field(model_cfg, "attention_dropout") or 0.0),
+        activation_dropout=float(field(model_cfg, "activation_dropout") or 0.0),
+        # fairseq's language models start every context with </s> (an end of line), and end a line with it.
+        bos_token_id=dictionary.eos(), eos_token_id=dictionary.eos(), pad_token_id=dictionary.pad(),
+        fairseq_alibi=provenance, auto_map=AUTO_MAP)
+    hf = FairseqAlibiForCausalLM(config).eval()
+    hf.load_state_dict({k: v.detach().clone().float() for k, v in state.items()}, strict=True)
+    return hf
+
+
+def export(checkpoint, out_dir, data=None):
+    """Write the folder; SystemExit with one line (and nothing written) on bad input."""
+    from ..build import load_checkpoint
+
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise CannotExport(f"{out_dir} exists and is not an empty directory: give a new OUT_DIR")
+    if not os.path.isfile(checkpoint):
+        raise CannotExport(f"no checkpoint at {checkpoint}")
+    data = data or os.path.dirname(os.path.abspath(checkpoint))
+    if not os.path.isfile(os.path.join(data, "dict.txt")):
+        raise CannotExport(f"no dict.txt in {data}: give the training data's directory with --data")
+    try:
+        model, cfg, task = load_checkpoint(checkpoint, data, kind="causal LM")
+    except SystemExit as error:  # load_checkpoint's one line
+        raise CannotExport(str(error.code).removeprefix("error: ")) from None
+    name = os.path.basename(checkpoint)
+    refuse_unsupported(model.decoder, name)
+    state = read_state(checkpoint)
+    model_cfg, task_cfg = model_and_task(state)
+    provenance = {"source": name, "arch": field(model_cfg, "arch") or field(model_cfg, "_name"),
+                  "train_length": field(task_cfg, "tokens_per_sample"),
+                  "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"),
+                  "exported_by": "fairseq-alibi-export-hf", "commit": commit()}
+    dictionary = task.source_dictionary
+    hf = hf_model_of(model, dictionary, provenance)
+    write_folder(hf, dictionary, out_dir)
+    return hf
+
+
+def write_folder(hf, dictionary, out_dir):
+    """The model, its modeling file and tokenizer, into out_dir (a new or empty directory) through a
+    temporary sibling: an interrupted export leaves no half-written folder."""
+    from .tokenizer import word_level_tokenizer
+
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    try:
+        hf.save_pretrained(partial)
+        with open(os.path.join(partial, FILE_NAME), "w", encoding="utf-8") as f:
+            f.write(bundled_source())
+        word_level_tokenizer(dictionary).save_pretrained(partial)
+        if os.path.isdir(out_dir):
+            os.rmdir(out_dir)  # empty: checked above
+        os.rename(partial, out_dir)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="fairseq-alibi-export-hf", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", help="a causal LM checkpoint (fairseq-train's, with the plugin or stock)")
+    parser.add_argument("out_dir", help="a new or empty directory")
+    parser.add_argument("--data", help="the directory of the training data's dict.txt (default: the checkpoint's "
+                                       "directory, where scripts/train.sh keeps a copy)")
+    args = parser.parse_args(argv)
+    export(args.checkpoint, args.out_dir, args.data)
+    print(f"exported {args.checkpoint} to {args.out_dir}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""Hugging Face export: the exported folder, loaded by transformers alone, computes what fairseq
+computes (log-probabilities at L and 8L, padded batches, greedy generation with the cache), its
+tokenizer gives fairseq's ids, and bad input is refused in one line with nothing written."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, TINY, build_model, find_wikitext2, random_tokens, snapshot
+from test_position_methods import METHODS, perturb
+
+pytest.importorskip("transformers")
+
+from fairseq_alibi.hf.export import hf_model_of, refuse_unsupported, write_folder  # noqa: E402
+
+SMALL_TINY = ["--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-input-dim", "32",
+              "--decoder-output-dim", "32", "--decoder-ffn-embed-dim", "64", "--adaptive-input-cutoff", "20,40",
+              "--adaptive-softmax-cutoff", "20,40"]
+# Layouts beyond the method: fairseq's own position embeddings (the sinusoidal and learned twins),
+# the _small presets' adaptive input and softmax (tied and not), post-norm, fairseq's other activations.
+LAYOUTS = {
+    "sinusoidal": ("transformer_lm", TINY),
+    "learned": ("transformer_lm", [*TINY, "--decoder-learned-pos"]),
+    "postnorm_gelu_accurate": ("alibi_transformer_lm", ["--decoder-layers", "2", "--decoder-embed-dim", "32",
+                                                        "--decoder-ffn-embed-dim", "64", "--activation-fn", "gelu_accurate"]),
+    "alibi_small_adaptive": ("alibi_transformer_lm_small", SMALL_TINY),
+    "rotary_adaptive_untied_proj_gelu": ("rotary_transformer_lm", [
+        *SMALL_TINY, "--activation-fn", "gelu", "--adaptive-input", "--tie-adaptive-weights",
+        "--adaptive-softmax-factor", "2", "--adaptive-input-factor", "2"]),
+    "sinusoidal_small_adaptive": ("transformer_lm", [*SMALL_TINY, "--decoder-normalize-before", "--adaptive-input",
+                                                     "--tie-adaptive-weights", "--tie-adaptive-proj", "--no-scale-embedding"]),
+    "nope_untied_adaptive_softmax": ("nope_transformer_lm", [*TINY[:-1], "--adaptive-softmax-cutoff", "20,40"]),
+}
+KINDS = [*METHODS, *LAYOUTS]
+
+
+def fairseq_model(kind, seed=0):
+    torch.manual_seed(seed)
+    if kind in LAYOUTS:
+        arch, flags = LAYOUTS[kind]
+        m, d = build_model(arch, extra=flags)
+        if arch != "transformer_lm":
+            perturb(m)
+        return m, d
+    arch = kind.split("_")[0] if kind.startswith("kerple") else kind
+    m, d = build_model(f"{arch}_transformer_lm", extra=[*TINY, *METHODS[kind]])
+    return perturb(m), d
+
+
+def fairseq_log_probs(model, tokens):
+    with torch.no_grad():
+        return model.get_normalized_probs(model(tokens), log_probs=True)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """kind -> (fairseq model, dictionary, the folder loaded back by transformers)."""
+    from transformers import AutoModelForCausalLM
+
+    cache = {}
+
+    def get(kind):
+        if kind not in cache:
+            model, dictionary = fairseq_model(kind)
+            out = tmp_path_factory.mktemp("hf") / kind
+            write_folder(hf_model_of(model, dictionary, {"source": kind}), dictionary, str(out))
+            cache[kind] = model, dictionary, AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval(), out
+        return cache[kind]
+    return get
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_exported_logits_are_fairseqs_log_probabilities_at_L_and_8L(kind, exported):
+    model, dictionary, hf, _ = exported(kind)
+    for length in (16, 128):
+        tokens = random_tokens(len(dictionary), 2, length, seed=length)
+        with torch.no_grad():
+            logits = hf(tokens).logits
+        torch.testing.assert_close(logits.log_softmax(-1), fairseq_log_probs(model, tokens), rtol=1e-5, atol=2e-5)
+    if model.decoder.adaptive_softmax is not None:  # the adaptive softmax's log-probabilities are the logits
+        torch.testing.assert_close(logits, fairseq_log_probs(model, tokens), rtol=1e-5, atol=2e-5)
+
+
+def test_the_parity_check_sees_a_wrong_bias(exported):
+    """The comparison above is not vacuous: the same weights without ALiBi's bias differ."""
+    model, dictionary, hf, _ = exported("alibi")
+    tokens = random_tokens(len(dictionary), 1, 32)
+    with torch.no_grad():
+        hf.decoder.positions.slopes.mul_(0.5)
+        changed = hf(tokens).logits.log_softmax(-1)
+        hf.decoder.positions.slopes.mul_(2)
+    assert (changed - fairseq_log_probs(model, tokens)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("kind", ["alibi", "rotary", "t5_bias", "fire", "fox", "sinusoidal", "learned", "alibi_small_adaptive"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_a_padded_batch_gives_each_row_what_the_row_alone_gives(kind, side, exported):
+    model, dictionary, hf, _ = exported(kind)
+    lengths = [20, 13, 7]
+    rows = [random_tokens(len(dictionary), 1, n, seed=n)[0] for n in lengths]
+    batch = torch.full((3, 20), dictionary.pad())
+    mask = torch.zeros(3, 20, dtype=torch.long)
+    for i, row in enumerate(rows):
+        where = slice(20 - len(row), 20) if side == "left" else slice(0, len(row))
+        batch[i, where], mask[i, where] = row, 1
+    with torch.no_grad():
+        logits = hf(batch, attention_mask=mask).logits.log_softmax(-1)
+    for i, row in enumerate(rows):
+        where = slice(20 - len(row), 20) if side == "left" else slice(0, len(row))
+        torch.testing.assert_close(logits[i, where], fairseq_log_probs(model, row[None])[0], rtol=1e-5, atol=2e-5)
+
+
+def greedy_without_cache(model, prompt, steps):
+    """The reference: argmax of fairseq's full forward over everything so far, step by step."""
+    tokens = prompt
+    for _ in range(steps):
+        following = fairseq_log_probs(model, tokens)[:, -1].argmax(-1, keepdim=True)
+        tokens = torch.cat([tokens, following], dim=1)
+    return tokens
+
+
+@pytest.mark.parametrize("kind", ["alibi", "rotary", "kerple_log", "fire", "fox", "sinusoidal", "learned",
+                                  "alibi_small_adaptive"])
+def test_greedy_generation_with_the_cache_gives_fairseqs_tokens(kind, exported):
+    model, dictionary, hf, _ = exported(kind)
+    prompt = torch.cat([torch.full((2, 1), dictionary.eos()), random_tokens(len(dictionary), 2, 5)], dim=1)
+    with torch.no_grad():
+        generated = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False,
+                                min_new_tokens=24)
+    torch.testing.assert_close(generated, greedy_without_cache(model, prompt, 24))
+
+
+def test_the_tokenizer_gives_fairseqs_ids_for_raw_wikitext(tmp_path):
+    from fairseq.data import Dictionary
+    from transformers import AutoTokenizer
+
+    from fairseq_alibi.hf.tokenizer import word_level_tokenizer
+
+    with open(os.path.join(find_wikitext2(), "wiki.valid.tokens"), encoding="utf-8") as f:
+        lines = [next(f) for _ in range(300)]
+    dictionary = Dictionary()
+    for line in lines[:150]:  # the rest has words the dictionary lacks: <unk>
+        for word in line.split():
+            dictionary.add_symbol(word)
+    word_level_tokenizer(dictionary).save_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    expected = torch.cat([dictionary.encode_line(line, add_if_not_exist=False) for line in lines]).tolist()
+    assert dictionary.unk() in expected
+    assert tokenizer("".join(lines), add_special_tokens=False)["input_ids"] == expected
+    assert tokenizer.eos_token_id == dictionary.eos() and tokenizer.pad_token_id == dictionary.pad()
+
+
+def test_the_folder_loads_without_fairseq_or_this_package(exported):
+    """A machine with torch and transformers only: both packages made unimportable in a fresh process."""
+    model, dictionary, _, out = exported("kerple_log")
+    tokens = random_tokens(len(dictionary), 1, 12)
+    script = f"""
+import sys
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('fairseq', 'fairseq_alibi', 'fairseq_cli'):
+            raise ImportError('no ' + name + ' on this machine')
+sys.meta_path.insert(0, Refuse())
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained({str(out)!r}, trust_remote_code=True).eval()
+AutoTokenizer.from_pretrained({str(out)!r})  # without trust_remote_code: it asks (stdin is closed), then loads
+with torch.no_grad():
+    print("LOGITS", model(torch.tensor({tokens.tolist()!r})).logits.log_softmax(-1).tolist())
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd="/", stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = torch.tensor(json.loads(proc.stdout.rpartition("LOGITS ")[2]))
+    torch.testing.assert_close(got, fairseq_log_probs(model, tokens), rtol=1e-5, atol=2e-5)
+
+
+def test_the_config_says_where_the_model_came_from(exported):
+    _, _, hf, out = exported("alibi")
+    config = json.load(open(out / "config.json"))
+    assert config["positions"] == "alibi" and config["fairseq_alibi"] == {"source": "alibi"}
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_fairseq_alibi.FairseqAlibiForCausalLM"
+    from transformers.dynamic_module_utils import get_imports
+
+    assert set(get_imports(out / "modeling_fairseq_alibi.py")) <= {"dataclasses", "math", "torch", "transformers", "typing"}
+
+
+@pytest.mark.slow
+def test_export_cli_on_a_trained_checkpoint(toy_checkpoint, wt2_slice, tmp_path):
+    """fairseq-alibi-export-hf on scripts/train.sh's checkpoint: the folder's logits on WikiText-2 text
+    are the checkpoint's log-probabilities, and its provenance names the training length."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fairseq_alibi.build import load_checkpoint
+
+    out = tmp_path / "exported"
+    proc = subprocess.run(["fairseq-alibi-export-hf", toy_checkpoint, str(out)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = json.load(open(out / "config.json"))
+    assert config["fairseq_alibi"]["train_length"] == 32 and config["fairseq_alibi"]["updates"] == 30
+    model, _, task = load_checkpoint(toy_checkpoint, wt2_slice)
+    hf = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    with open(os.path.join(find_wikitext2(), "wiki.valid.tokens"), encoding="utf-8") as f:
+        text = "".join(next(f) for _ in range(12))
+    ids = torch.tensor([[task.source_dictionary.eos()] + tokenizer(text)["input_ids"][:255]])
+    assert ids.size(1) == 256  # 8x the training length
+    expected = torch.cat([task.source_dictionary.encode_line(line, add_if_not_exist=False) for line in text.splitlines(True)])
+    assert ids[0, 1:].tolist() == expected[:255].tolist()
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, fairseq_log_probs(model, ids), rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.slow
+def test_bad_input_is_one_line_and_writes_nothing(toy_checkpoint, tmp_path):
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "mine.txt").write_text("keep me")
+    masked = tmp_path / "masked.pt"
+    torch.save({"cfg": {"model": {"_name": "roberta"}, "task": {"_name": "masked_lm"}}, "model": {}}, masked)
+    other_dictionary = tmp_path / "other"
+    other_dictionary.mkdir()
+    (other_dictionary / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(10)))
+    not_a_checkpoint = tmp_path / "notes.pt"
+    not_a_checkpoint.write_text("hello")
+    cases = [
+        ([toy_checkpoint, str(full)], "not an empty directory"),
+        ([str(masked), str(tmp_path / "a"), "--data", os.path.dirname(toy_checkpoint)], "masked LM"),
+        ([toy_checkpoint, str(tmp_path / "b"), "--data", str(other_dictionary)], "another dictionary"),
+        ([str(not_a_checkpoint), str(tmp_path / "c"), "--data", os.path.dirname(toy_checkpoint)], "not be loaded"),
+        ([str(tmp_path / "missing.pt"), str(tmp_path / "d")], "no checkpoint"),
+        ([toy_checkpoint, str(tmp_path / "e"), "--data", str(tmp_path)], "no dict.txt"),
+    ]
+    before = snapshot(tmp_path)
+    for argv, message in cases:
+        proc = subprocess.run(["fairseq-alibi-export-hf", *argv], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode != 0 and message in proc.stderr, (argv, proc.stderr[-1500:])
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert snapshot(tmp_path) == before
+    assert sorted(os.listdir(tmp_path)) == sorted(["full", "masked.pt", "other", "notes.pt"])
+
+
+def test_export_refuses_packed_documents_in_one_line():
+    model, dictionary = build_model("alibi_transformer_lm", extra=TINY)
+    model.decoder.document_separator = 5
+    with pytest.raises(SystemExit, match="packed documents"):
+        refuse_unsupported(model.decoder, "x.pt")
