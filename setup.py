@@ -27,5 +27,5 @@ setup(
     entry_points={"console_scripts": [
         f"fairseq-alibi-{tool.replace('_', '-')}=fairseq_alibi.cli:{tool}"
         for tool in ("train", "eval_lm", "generate", "interactive")
-    ] + ["fairseq-alibi-export-hf=fairseq_alibi.hf.export:main"]},
+    ] + ["fairseq-alibi-export-hf=fairseq_alibi.hf.export:main", "fairseq-alibi-import-hf=fairseq_alibi.hf.import_gpt2:main"]},
 )

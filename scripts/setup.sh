@@ -14,5 +14,8 @@ python3 -m venv .venv
 .venv/bin/pip install -q torch==2.13.0
 # fairseq-fixed (Python >= 3.11) compiles for about 3 minutes on a fresh machine.
 .venv/bin/pip install -q -e ".[test,hf]"
+# fairseq pulls the newest torchaudio, built for another torch (none exists for 2.13): transformers
+# imports it whenever it is installed, and fails. Nothing here uses audio.
+.venv/bin/pip uninstall -y -q torchaudio
 rm -f .venv/.installed-* && touch "$stamp"
 echo "set up .venv"

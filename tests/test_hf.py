@@ -247,3 +247,99 @@ def test_export_refuses_packed_documents_in_one_line():
     model.decoder.document_separator = 5
     with pytest.raises(SystemExit, match="packed documents"):
         refuse_unsupported(model.decoder, "x.pt")
+
+
+# ---- GPT-2 in: fairseq-alibi-import-hf ----
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(tmp_path_factory):
+    """A random GPT2LMHeadModel (2 layers, d 32, 64 positions) with a byte-level BPE of 300 tokens
+    trained on WikiText-2's first lines, saved as save_pretrained saves them."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    with open(os.path.join(find_wikitext2(), "wiki.valid.tokens"), encoding="utf-8") as f:
+        text = "".join(next(f) for _ in range(400))
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([text], vocab_size=300, min_frequency=2, special_tokens=["<|endoftext|>"])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>",
+                                        bos_token="<|endoftext|>")
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    model = GPT2LMHeadModel(config).eval()
+    out = tmp_path_factory.mktemp("gpt2") / "hf"
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return model, tokenizer, out, text
+
+
+@pytest.fixture(scope="module")
+def imported(tiny_gpt2, tmp_path_factory):
+    from fairseq_alibi.hf.import_gpt2 import import_gpt2
+
+    out = tmp_path_factory.mktemp("imported") / "fairseq"
+    import_gpt2(str(tiny_gpt2[2]), str(out))
+    return out
+
+
+def test_an_imported_gpt2_gives_hfs_logits_from_fairseq_and_encodes_text_as_its_tokenizer(tiny_gpt2, imported):
+    from fairseq.models.transformer_lm import TransformerLanguageModel
+
+    gpt2, tokenizer, _, text = tiny_gpt2
+    hub = TransformerLanguageModel.from_pretrained(str(imported), "checkpoint.pt").eval()
+    line = text.splitlines()[3]
+    ids = tokenizer(line)["input_ids"]
+    encoded = hub.encode(line)
+    assert (encoded[:-1] - 4).tolist() == ids and encoded[-1] == hub.task.source_dictionary.eos()
+    # fairseq's </s> is GPT-2's <|endoftext|>: a context starts with it in both.
+    hf_ids = torch.tensor([[tokenizer.eos_token_id] + ids][:64])[:, :64]
+    fairseq_ids = hf_ids + 4
+    fairseq_ids[:, 0] = hub.task.source_dictionary.eos()
+    with torch.no_grad():
+        expected = gpt2(hf_ids).logits
+        got = hub.models[0](fairseq_ids)[0]
+    torch.testing.assert_close(got[..., 4:], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_import_then_export_gives_the_hf_model_back(tiny_gpt2, imported, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from fairseq_alibi.hf.export import export
+
+    gpt2, tokenizer, _, text = tiny_gpt2
+    export(str(imported / "checkpoint.pt"), str(tmp_path / "back"))
+    back = AutoModelForCausalLM.from_pretrained(tmp_path / "back", trust_remote_code=True).eval()
+    hf_ids = torch.tensor([tokenizer(text.splitlines()[5] + text.splitlines()[7])["input_ids"][:64]])
+    with torch.no_grad():
+        torch.testing.assert_close(back(hf_ids + 4).logits[..., 4:], gpt2(hf_ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_an_imported_gpt2_takes_alibi_with_replace_positions(imported, tmp_path):
+    from fairseq_alibi.build import load_checkpoint
+
+    proc = subprocess.run([sys.executable, "-m", "fairseq_alibi.convert_checkpoint", "--replace-positions",
+                           str(imported / "checkpoint.pt"), str(tmp_path / "alibi.pt")], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    model, cfg, _ = load_checkpoint(str(tmp_path / "alibi.pt"), str(imported))
+    assert model.decoder.positions.method == "alibi" and model.decoder.embed_positions is None
+    with torch.no_grad():  # past GPT-2's 64 positions
+        assert torch.isfinite(model(torch.randint(4, 300, (1, 200)))[0]).all()
+
+
+def test_import_refuses_what_is_not_a_gpt2_in_one_line_and_writes_nothing(tiny_gpt2, tmp_path):
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "mine.txt").write_text("keep me")
+    cases = [([str(tmp_path / "nothing"), str(tmp_path / "a")], "no config.json"),
+             ([str(bert), str(tmp_path / "b")], "not GPT-2"),
+             ([str(tiny_gpt2[2]), str(full)], "not an empty directory")]
+    before = snapshot(tmp_path)
+    for argv, message in cases:
+        proc = subprocess.run(["fairseq-alibi-import-hf", *argv], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode != 0 and message in proc.stderr, (argv, proc.stderr[-1500:])
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert snapshot(tmp_path) == before and sorted(os.listdir(tmp_path)) == ["bert", "full"]

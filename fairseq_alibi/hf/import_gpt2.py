@@ -1,0 +1,178 @@
+"""fairseq-alibi-import-hf HF_DIR OUT_DIR: a Hugging Face GPT-2 (`GPT2LMHeadModel`: config.json and
+model.safetensors or pytorch_model.bin; its tokenizer files if present) as a stock fairseq
+`transformer_lm` with learned positions: OUT_DIR/checkpoint.pt and OUT_DIR/dict.txt, which
+fairseq-eval-lm, fairseq-generate and the hub interface load, and which convert_checkpoint
+--replace-positions turns into an ALiBi model (docs/hugging-face.md).
+
+The vocabulary: fairseq's index is the GPT-2 id + 4 (fairseq's four special symbols come first;
+dict.txt lists the ids as fairseq's GPT-2 dictionaries do), and fairseq's </s>, which starts every
+context and ends every line, is GPT-2's <|endoftext|>: its embedding. <s>, <pad> and <unk> get zero
+embeddings. With tokenizer files, the hub interface encodes raw text as the GPT-2 tokenizer does
+(fairseq's hf_byte_bpe reads the same vocab.json and merges.txt).
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+
+from ..provenance import commit
+
+SPECIALS = 4  # fairseq's <s>, <pad>, </s>, <unk>
+ACTIVATIONS = {"gelu_new": "gelu_accurate", "gelu_pytorch_tanh": "gelu_accurate", "gelu": "gelu", "relu": "relu"}
+
+
+class CannotImport(SystemExit):
+    def __init__(self, message):
+        super().__init__(f"fairseq-alibi-import-hf: {message}")
+
+
+def read_gpt2(hf_dir):
+    """The GPT2LMHeadModel of the folder, or CannotImport naming why it is not one we can map."""
+    path = os.path.join(hf_dir, "config.json")
+    if not os.path.isfile(path):
+        raise CannotImport(f"{hf_dir} is not a Hugging Face model folder (no config.json)")
+    try:
+        config = json.load(open(path))
+    except ValueError:
+        raise CannotImport(f"{path} is not JSON") from None
+    if config.get("model_type") != "gpt2":
+        raise CannotImport(f"{hf_dir} holds a {config.get('model_type')!r} model, not GPT-2 (model_type 'gpt2')")
+    from transformers import GPT2LMHeadModel
+
+    try:
+        model = GPT2LMHeadModel.from_pretrained(hf_dir).float().eval()
+    except (OSError, ValueError, RuntimeError) as error:
+        raise CannotImport(f"{hf_dir}: its weights do not load ({type(error).__name__}: {str(error).splitlines()[0]})") from None
+    c = model.config
+    unsupported = [("activation_function", c.activation_function not in ACTIVATIONS),
+                   ("scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx),
+                   ("scale_attn_weights", not c.scale_attn_weights),
+                   ("layer_norm_epsilon", c.layer_norm_epsilon != 1e-5),
+                   ("add_cross_attention", c.add_cross_attention)]
+    for name, bad in unsupported:
+        if bad:
+            raise CannotImport(f"{hf_dir}: GPT-2's {name} = {getattr(c, name)!r} has no fairseq transformer_lm equivalent")
+    return model
+
+
+def fairseq_flags(config):
+    return ["--arch", "transformer_lm", "--decoder-layers", str(config.n_layer), "--decoder-embed-dim", str(config.n_embd),
+            "--decoder-input-dim", str(config.n_embd), "--decoder-output-dim", str(config.n_embd),
+            "--decoder-ffn-embed-dim", str(config.n_inner or 4 * config.n_embd),
+            "--decoder-attention-heads", str(config.n_head), "--decoder-normalize-before", "--decoder-learned-pos",
+            "--no-scale-embedding", "--share-decoder-input-output-embed",
+            "--activation-fn", ACTIVATIONS[config.activation_function],
+            "--tokens-per-sample", str(config.n_positions), "--max-target-positions", str(config.n_positions),
+            "--dropout", str(config.resid_pdrop), "--attention-dropout", str(config.attn_pdrop)]
+
+
+def gpt2_state(gpt2, fairseq_state, padding_idx, eos):
+    """fairseq's state dict (its own keys, every one filled) from GPT-2's weights."""
+    hf = {k: v.detach().float() for k, v in gpt2.state_dict().items()}
+    d = gpt2.config.n_embd
+    state = {}
+    tokens = hf["transformer.wte.weight"]
+    embed = torch.zeros(tokens.size(0) + SPECIALS, d)
+    embed[SPECIALS:] = tokens
+    embed[eos] = tokens[gpt2.config.eos_token_id]
+    state["decoder.embed_tokens.weight"] = embed
+    state["decoder.output_projection.weight"] = embed  # tied, as GPT-2's lm_head
+    positions = hf["transformer.wpe.weight"]
+    state["decoder.embed_positions.weight"] = torch.cat([torch.zeros(padding_idx + 1, d), positions])
+    for i in range(gpt2.config.n_layer):
+        h, f = f"transformer.h.{i}.", f"decoder.layers.{i}."
+        # Conv1D keeps (in, out): transposed; c_attn packs q, k, v along its output.
+        for name, chunk in zip(("q_proj", "k_proj", "v_proj"), range(3)):
+            state[f"{f}self_attn.{name}.weight"] = hf[f"{h}attn.c_attn.weight"][:, chunk * d:(chunk + 1) * d].t()
+            state[f"{f}self_attn.{name}.bias"] = hf[f"{h}attn.c_attn.bias"][chunk * d:(chunk + 1) * d]
+        pairs = {"self_attn.out_proj": "attn.c_proj", "fc1": "mlp.c_fc", "fc2": "mlp.c_proj"}
+        for ours, theirs in pairs.items():
+            state[f"{f}{ours}.weight"], state[f"{f}{ours}.bias"] = hf[f"{h}{theirs}.weight"].t(), hf[f"{h}{theirs}.bias"]
+        for ours, theirs in {"self_attn_layer_norm": "ln_1", "final_layer_norm": "ln_2"}.items():
+            state[f"{f}{ours}.weight"], state[f"{f}{ours}.bias"] = hf[f"{h}{theirs}.weight"], hf[f"{h}{theirs}.bias"]
+    state["decoder.layer_norm.weight"], state["decoder.layer_norm.bias"] = hf["transformer.ln_f.weight"], hf["transformer.ln_f.bias"]
+    missing = [k for k, v in fairseq_state.items() if k not in state and v.is_floating_point() and not k.endswith("version")]
+    if missing:
+        raise RuntimeError(f"GPT-2 import left fairseq parameters unset: {missing}")
+    return {**fairseq_state, **{k: v.contiguous().clone() for k, v in state.items()}}
+
+
+def byte_level_files(hf_dir, out_dir):
+    """vocab.json and merges.txt for fairseq's hf_byte_bpe: copied, or read from tokenizer.json.
+    False if the folder has no byte-level BPE tokenizer."""
+    if all(os.path.isfile(os.path.join(hf_dir, n)) for n in ("vocab.json", "merges.txt")):
+        for name in ("vocab.json", "merges.txt"):
+            shutil.copyfile(os.path.join(hf_dir, name), os.path.join(out_dir, name))
+        return True
+    path = os.path.join(hf_dir, "tokenizer.json")
+    if not os.path.isfile(path):
+        return False
+    model = json.load(open(path, encoding="utf-8")).get("model", {})
+    if model.get("type") != "BPE":
+        return False
+    with open(os.path.join(out_dir, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(model["vocab"], f, ensure_ascii=False)
+    with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+        for merge in model["merges"]:
+            f.write((merge if isinstance(merge, str) else " ".join(merge)) + "\n")
+    return True
+
+
+def import_gpt2(hf_dir, out_dir):
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise CannotImport(f"{out_dir} exists and is not an empty directory: give a new OUT_DIR")
+    gpt2 = read_gpt2(hf_dir)
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=".import-", dir=parent)
+    try:
+        with open(os.path.join(partial, "dict.txt"), "w") as f:
+            f.writelines(f"{i} 1\n" for i in range(gpt2.config.vocab_size))
+        has_bpe = byte_level_files(hf_dir, partial)
+        argv = ["--task", "language_modeling", partial, *fairseq_flags(gpt2.config)]
+        cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
+        task = tasks.setup_task(cfg.task)
+        model = task.build_model(cfg.model)
+        dictionary = task.source_dictionary
+        state = gpt2_state(gpt2, model.state_dict(), dictionary.pad(), dictionary.eos())
+        model.load_state_dict(state, strict=True)
+        container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        container["task"]["data"] = os.path.abspath(out_dir)
+        if has_bpe:
+            container["bpe"] = {"_name": "hf_byte_bpe", "bpe_merges": os.path.join(os.path.abspath(out_dir), "merges.txt"),
+                                "bpe_vocab": os.path.join(os.path.abspath(out_dir), "vocab.json"),
+                                "bpe_add_prefix_space": False}
+        torch.save({"cfg": container, "model": model.state_dict(), "extra_state": {},
+                    "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none",
+                                           "lr_scheduler_state": {}, "num_updates": 0}],
+                    "fairseq_alibi_import": {"source": os.path.basename(os.path.abspath(hf_dir)), "from": "GPT2LMHeadModel",
+                                             "commit": commit()}},
+                   os.path.join(partial, "checkpoint.pt"))
+        if os.path.isdir(out_dir):
+            os.rmdir(out_dir)
+        os.rename(partial, out_dir)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="fairseq-alibi-import-hf", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("hf_dir", help="a GPT2LMHeadModel folder (save_pretrained's, or a downloaded gpt2)")
+    parser.add_argument("out_dir", help="a new or empty directory: checkpoint.pt, dict.txt (and the BPE files)")
+    args = parser.parse_args(argv)
+    import_gpt2(args.hf_dir, args.out_dir)
+    print(f"imported {args.hf_dir} to {args.out_dir}/checkpoint.pt", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
