@@ -193,6 +193,21 @@ def small_architecture(args):
     base_lm_architecture(args)  # pre-norm, input/output dims = embed dim
 
 
+def bloom_small_architecture(args):
+    """The small architecture's dimensions in BLOOM's layout, so that `fairseq-alibi-export-hf` writes
+    stock BLOOM (model_type bloom: transformers, vLLM, llama.cpp, TGI, lm-eval run it without our
+    code): a LayerNorm on the embeddings, tanh GELU (gelu_accurate), FFN 4 d, pre-norm with a final
+    LayerNorm, one output matrix tied to the embeddings (no adaptive input or softmax)."""
+    args.decoder_layers = getattr(args, "decoder_layers", 4)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 4 * args.decoder_embed_dim)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
+    args.layernorm_embedding = getattr(args, "layernorm_embedding", True)
+    args.activation_fn = getattr(args, "activation_fn", "gelu_accurate")
+    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
+    base_lm_architecture(args)  # pre-norm, final LayerNorm, input/output dims = embed dim
+
+
 def wiki103_architecture(args):
     """The paper's 247M model: Baevski & Auli's transformer_lm_wiki103 without positions."""
     transformer_lm_baevski_wiki103(args)
@@ -237,6 +252,8 @@ def register_position_lm(method_class):
     register_model(model_name, dataclass=fairseq_config(method_class))(cls)
     register_model_architecture(model_name, f"{model_name}_small")(small_architecture)
     register_model_architecture(model_name, f"{model_name}_wiki103")(wiki103_architecture)
+    if method_class.method == "alibi":  # the one method stock BLOOM computes
+        register_model_architecture(model_name, f"{model_name}_bloom_small")(bloom_small_architecture)
     return cls
 
 

@@ -14,7 +14,8 @@ from test_position_methods import METHODS, perturb
 
 pytest.importorskip("transformers")
 
-from fairseq_alibi.hf.export import hf_model_of, refuse_unsupported, write_folder  # noqa: E402
+from fairseq_alibi.hf.export import (bloom_layout_problem, bloom_model_of, hf_model_of, refuse_unsupported,  # noqa: E402
+                                     write_folder)
 
 SMALL_TINY = ["--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-input-dim", "32",
               "--decoder-output-dim", "32", "--decoder-ffn-embed-dim", "64", "--adaptive-input-cutoff", "20,40",
@@ -33,6 +34,10 @@ LAYOUTS = {
     "sinusoidal_small_adaptive": ("transformer_lm", [*SMALL_TINY, "--decoder-normalize-before", "--adaptive-input",
                                                      "--tie-adaptive-weights", "--tie-adaptive-proj", "--no-scale-embedding"]),
     "nope_untied_adaptive_softmax": ("nope_transformer_lm", [*TINY[:-1], "--adaptive-softmax-cutoff", "20,40"]),
+    # The preset in BLOOM's layout, exported to stock BLOOM (6 heads: BLOOM's slopes for a head
+    # count that is not a power of 2 must be the paper's too).
+    "bloom": ("alibi_transformer_lm_bloom_small", ["--decoder-layers", "2", "--decoder-embed-dim", "36",
+                                                   "--decoder-attention-heads", "6"]),
 }
 KINDS = [*METHODS, *LAYOUTS]
 
@@ -66,7 +71,9 @@ def exported(tmp_path_factory):
         if kind not in cache:
             model, dictionary = fairseq_model(kind)
             out = tmp_path_factory.mktemp("hf") / kind
-            write_folder(hf_model_of(model, dictionary, {"source": kind}), dictionary, str(out))
+            hf = hf_model_of(model, dictionary, {"source": kind})
+            assert (bloom_layout_problem(hf.config) is None) == (kind == "bloom"), bloom_layout_problem(hf.config)
+            write_folder(bloom_model_of(hf) if kind == "bloom" else hf, dictionary, str(out))
             cache[kind] = model, dictionary, AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval(), out
         return cache[kind]
     return get
@@ -95,7 +102,8 @@ def test_the_parity_check_sees_a_wrong_bias(exported):
     assert (changed - fairseq_log_probs(model, tokens)).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("kind", ["alibi", "rotary", "t5_bias", "fire", "fox", "sinusoidal", "learned", "alibi_small_adaptive"])
+@pytest.mark.parametrize("kind", ["alibi", "rotary", "t5_bias", "fire", "fox", "sinusoidal", "learned", "alibi_small_adaptive",
+                                  "bloom"])
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_a_padded_batch_gives_each_row_what_the_row_alone_gives(kind, side, exported):
     model, dictionary, hf, _ = exported(kind)
@@ -123,7 +131,7 @@ def greedy_without_cache(model, prompt, steps):
 
 
 @pytest.mark.parametrize("kind", ["alibi", "rotary", "kerple_log", "fire", "fox", "sinusoidal", "learned",
-                                  "alibi_small_adaptive"])
+                                  "alibi_small_adaptive", "bloom"])
 def test_greedy_generation_with_the_cache_gives_fairseqs_tokens(kind, exported):
     model, dictionary, hf, _ = exported(kind)
     prompt = torch.cat([torch.full((2, 1), dictionary.eos()), random_tokens(len(dictionary), 2, 5)], dim=1)
@@ -175,6 +183,12 @@ with torch.no_grad():
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = torch.tensor(json.loads(proc.stdout.rpartition("LOGITS ")[2]))
     torch.testing.assert_close(got, fairseq_log_probs(model, tokens), rtol=1e-5, atol=2e-5)
+
+
+def test_the_bloom_preset_exports_to_stock_bloom_without_code_of_ours(exported):
+    _, _, hf, out = exported("bloom")
+    assert type(hf).__name__ == "BloomForCausalLM" and json.load(open(out / "config.json"))["model_type"] == "bloom"
+    assert not (out / "modeling_fairseq_alibi.py").exists()
 
 
 def test_the_config_says_where_the_model_came_from(exported):

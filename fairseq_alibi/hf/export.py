@@ -146,7 +146,61 @@ def hf_model_of(model, dictionary, provenance):
     return hf
 
 
-def export(checkpoint, out_dir, data=None):
+def bloom_layout_problem(hf_config):
+    """None if the model is laid out as BLOOM is, so that stock BloomForCausalLM holds it exactly,
+    else what differs (then the export writes our own class)."""
+    c = hf_config
+    differences = [
+        (c.positions != "alibi", f"positions {c.positions}, not ALiBi"),
+        (c.positions == "alibi" and c.position_options.get("alibi_scaling", "none") != "none", "scaled slopes"),
+        (not c.normalize_before, "post-norm layers"),
+        (not c.layernorm_embedding, "no LayerNorm on the embeddings"),
+        (not c.final_layer_norm, "no final LayerNorm"),
+        (c.activation != "gelu_accurate", f"activation {c.activation}, not tanh GELU (gelu_accurate)"),
+        (c.intermediate_size != 4 * c.hidden_size, "an FFN other than 4 d"),
+        (c.adaptive_input is not None or c.adaptive_softmax is not None, "adaptive input or softmax"),
+        (c.input_dim != c.hidden_size or c.output_dim != c.hidden_size, "projected input or output dimensions"),
+    ]
+    found = [why for differs, why in differences if differs]
+    return ", ".join(found) if found else None
+
+
+def bloom_model_of(hf):
+    """Stock BloomForCausalLM with the weights of a FairseqAlibiForCausalLM in BLOOM's layout: q, k, v
+    fused per head, fairseq's embedding scale folded into untied input embeddings."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    c = hf.config
+    heads, d = c.num_attention_heads, c.hidden_size
+    config = BloomConfig(vocab_size=c.vocab_size, hidden_size=d, n_layer=c.num_hidden_layers, n_head=heads,
+                         layer_norm_epsilon=1e-5, apply_residual_connection_post_layernorm=False,
+                         hidden_dropout=c.dropout, attention_dropout=c.attention_dropout, tie_word_embeddings=False,
+                         bos_token_id=c.bos_token_id, eos_token_id=c.eos_token_id, pad_token_id=c.pad_token_id)
+    config.fairseq_alibi = c.fairseq_alibi
+    ours = hf.state_dict()
+    state = {"transformer.word_embeddings.weight": ours["decoder.embed_tokens.weight"] * c.embed_scale,
+             "lm_head.weight": ours["output_layer.weight"]}
+    for ours_name, theirs in (("decoder.layernorm_embedding", "transformer.word_embeddings_layernorm"),
+                              ("decoder.layer_norm", "transformer.ln_f")):
+        for p in ("weight", "bias"):
+            state[f"{theirs}.{p}"] = ours[f"{ours_name}.{p}"]
+    for i in range(c.num_hidden_layers):
+        o, t = f"decoder.layers.{i}.", f"transformer.h.{i}."
+        for p in ("weight", "bias"):
+            q, k, v = (ours[f"{o}self_attn.{n}_proj.{p}"] for n in "qkv")
+            # BLOOM's fused projection: per head, its q, k, v rows in turn.
+            state[f"{t}self_attention.query_key_value.{p}"] = torch.stack(
+                [x.reshape(heads, d // heads, *x.shape[1:]) for x in (q, k, v)], dim=1).reshape(3 * d, *q.shape[1:])
+            pairs = {"self_attn.out_proj": "self_attention.dense", "fc1": "mlp.dense_h_to_4h", "fc2": "mlp.dense_4h_to_h",
+                     "self_attn_layer_norm": "input_layernorm", "final_layer_norm": "post_attention_layernorm"}
+            for a, b in pairs.items():
+                state[f"{t}{b}.{p}"] = ours[f"{o}{a}.{p}"]
+    bloom = BloomForCausalLM(config).eval()
+    bloom.load_state_dict({k: v.clone() for k, v in state.items()}, strict=True)
+    return bloom
+
+
+def export(checkpoint, out_dir, data=None, remote_code=False):
     """Write the folder; SystemExit with one line (and nothing written) on bad input."""
     from ..build import load_checkpoint
 
@@ -171,6 +225,8 @@ def export(checkpoint, out_dir, data=None):
                   "exported_by": "fairseq-alibi-export-hf", "commit": commit()}
     dictionary = task.source_dictionary
     hf = hf_model_of(model, dictionary, provenance)
+    if not remote_code and bloom_layout_problem(hf.config) is None:
+        hf = bloom_model_of(hf)
     write_folder(hf, dictionary, out_dir)
     return hf
 
@@ -185,8 +241,9 @@ def write_folder(hf, dictionary, out_dir):
     partial = tempfile.mkdtemp(prefix=".export-", dir=parent)
     try:
         hf.save_pretrained(partial)
-        with open(os.path.join(partial, FILE_NAME), "w", encoding="utf-8") as f:
-            f.write(bundled_source())
+        if hf.config.model_type == "fairseq_alibi":  # stock BLOOM needs no code of ours
+            with open(os.path.join(partial, FILE_NAME), "w", encoding="utf-8") as f:
+                f.write(bundled_source())
         word_level_tokenizer(dictionary).save_pretrained(partial)
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)  # empty: checked above
@@ -202,8 +259,11 @@ def main(argv=None):
     parser.add_argument("out_dir", help="a new or empty directory")
     parser.add_argument("--data", help="the directory of the training data's dict.txt (default: the checkpoint's "
                                        "directory, where scripts/train.sh keeps a copy)")
+    parser.add_argument("--remote-code", action="store_true",
+                        help="write this package's model class even for a model in BLOOM's layout (which otherwise "
+                             "becomes stock BLOOM: model_type bloom, no remote code)")
     args = parser.parse_args(argv)
-    export(args.checkpoint, args.out_dir, args.data)
+    export(args.checkpoint, args.out_dir, args.data, args.remote_code)
     print(f"exported {args.checkpoint} to {args.out_dir}", file=sys.stderr)
 
 

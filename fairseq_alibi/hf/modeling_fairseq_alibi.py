@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
@@ -27,7 +27,7 @@ from fairseq_alibi.rotary import apply_rotary  # bundled: dropped from the expor
 ABSOLUTE_POSITIONS = ("sinusoidal", "learned")  # fairseq's position embeddings, added to the input
 
 
-class FairseqAlibiConfig(PretrainedConfig):
+class FairseqAlibiConfig(PreTrainedConfig):
     model_type = "fairseq_alibi"
 
     def __init__(self, vocab_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
