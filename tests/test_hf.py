@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, TINY, build_model, find_wikitext2, random_tokens, snapshot
+from conftest import REPO, TINY, build_model, find_wikitext2, random_tokens, run, snapshot
 from test_position_methods import METHODS, perturb
 
 pytest.importorskip("transformers")
@@ -357,3 +357,33 @@ def test_import_refuses_what_is_not_a_gpt2_in_one_line_and_writes_nothing(tiny_g
         assert proc.returncode != 0 and message in proc.stderr, (argv, proc.stderr[-1500:])
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert snapshot(tmp_path) == before and sorted(os.listdir(tmp_path)) == ["bert", "full"]
+
+
+@pytest.mark.slow
+def test_lm_eval_on_an_exported_model_gives_fairseq_eval_lms_perplexity(toy_checkpoint, wt2_slice, tmp_path):
+    """The shipped task file (examples/wikitext2/lm_eval), pointed at the WikiText-2 slice: lm-eval's
+    token perplexity at max_length=L is fairseq-eval-lm's nonoverlapping perplexity at L."""
+    import re
+
+    pytest.importorskip("lm_eval")
+    subprocess.run(["fairseq-alibi-export-hf", toy_checkpoint, str(tmp_path / "model")], check=True, capture_output=True)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    source = os.path.join(REPO, "examples", "wikitext2", "lm_eval")
+    valid = os.path.join(os.path.dirname(wt2_slice), "valid.tokens")
+    task = open(os.path.join(source, "wikitext2_fairseq.yaml")).read()
+    assert "../shared/data/wikitext-2/wiki.valid.tokens" in task
+    (tasks / "wikitext2_fairseq.yaml").write_text(task.replace("../shared/data/wikitext-2/wiki.valid.tokens", valid))
+    (tasks / "metrics.py").write_text(open(os.path.join(source, "metrics.py")).read())
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "cache")}
+    lm_eval = subprocess.run(
+        ["lm_eval", "--model", "hf", "--model_args", f"pretrained={tmp_path / 'model'},trust_remote_code=True,max_length=32",
+         "--tasks", "wikitext2_fairseq", "--include_path", str(tasks), "--batch_size", "16", "--device", "cpu",
+         "--output_path", str(tmp_path / "out")], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert lm_eval.returncode == 0, lm_eval.stderr[-3000:]
+    results = json.load(open(next((tmp_path / "out").rglob("results_*.json"))))["results"]["wikitext2_fairseq"]
+    fairseq = run(["fairseq-alibi-eval-lm", wt2_slice, "--path", toy_checkpoint, "--tokens-per-sample", "32",
+                   "--gen-subset", "valid", "--max-tokens", "4096"])
+    loss = float(re.search(r"Loss \(base 2\): ([0-9.]+)", fairseq).group(1))
+    assert results["token_perplexity,none"] == pytest.approx(2 ** loss, rel=2e-4)  # fairseq prints 4 decimals of the loss
+    assert results["word_perplexity,none"] > results["token_perplexity,none"]
