@@ -22,6 +22,10 @@ SMALL = ("--max-update", "1400", "--optimizer", "adam", "--adam-betas", "(0.9,0.
          "--clip-norm", "0.1", "--max-tokens", "2048", "--seed", "1", "--required-batch-size-multiple", "1",
          "--num-workers", "0", "--save-interval-updates", "100")
 
+# The small recipe for the bloom_small preset (alibi_transformer_lm_bloom_small): one output matrix,
+# no adaptive softmax, so plain cross entropy (after scripts/train.sh's adaptive_loss: the last wins).
+BLOOM_SMALL = SMALL + ("--criterion", "cross_entropy")
+
 
 def wiki103(length, workers):
     """The paper's: 8 GPUs x 9216 tokens per update (L >= 3072: 3072 tokens x update-freq 3), NAG,
@@ -72,7 +76,7 @@ def synthetic(updates=2400):
 
 
 # The recipes by name, and what each trains (a KINDS value of fairseq_alibi/checkpoints.py).
-RECIPE_KIND = {"small": "causal LM", "wiki103": "causal LM", "masked_lm": "masked LM", "synthetic": "encoder-decoder"}
+RECIPE_KIND = {"small": "causal LM", "bloom_small": "causal LM", "wiki103": "causal LM", "masked_lm": "masked LM", "synthetic": "encoder-decoder"}
 RECIPES = tuple(RECIPE_KIND)
 
 
@@ -82,6 +86,8 @@ def recipe(preset, length, workers=1, updates=None):
     --max-update given after them: scripts/train.sh)."""
     if preset == "small":
         return SMALL
+    if preset == "bloom_small":
+        return BLOOM_SMALL
     if preset == "wiki103":
         return wiki103(length, workers)
     if preset == "masked_lm":

@@ -387,3 +387,11 @@ def test_lm_eval_on_an_exported_model_gives_fairseq_eval_lms_perplexity(toy_chec
     loss = float(re.search(r"Loss \(base 2\): ([0-9.]+)", fairseq).group(1))
     assert results["token_perplexity,none"] == pytest.approx(2 ** loss, rel=2e-4)  # fairseq prints 4 decimals of the loss
     assert results["word_perplexity,none"] > results["token_perplexity,none"]
+
+
+def test_the_bloom_small_preset_is_alibis_only(tmp_path):
+    (tmp_path / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(20)))
+    proc = subprocess.run(["scripts/train.sh", "rotary", "32", str(tmp_path), str(tmp_path / "save"), "bloom_small"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "bloom_small preset is ALiBi's" in proc.stderr, proc.stderr
+    assert not (tmp_path / "save").exists()
