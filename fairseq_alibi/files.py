@@ -25,6 +25,33 @@ def written_whole(target):
             os.remove(partial)
 
 
+def new_folder_problem(out_dir):
+    """None if out_dir may receive a tool's folder (absent, or an empty directory), else why not:
+    a user's files are never overwritten."""
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        return f"{out_dir} exists and is not an empty directory: give a new OUT_DIR"
+    return None
+
+
+@contextlib.contextmanager
+def folder_written_whole(out_dir):
+    """Yield a temporary directory beside out_dir (checked with new_folder_problem) to fill; when the
+    block ends it becomes out_dir, and if the block fails it is removed: no half-written folder."""
+    import shutil
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.", suffix=".part", dir=parent)
+    try:
+        yield partial
+        if os.path.isdir(out_dir):
+            os.rmdir(out_dir)  # empty (new_folder_problem): anything put there since is kept, and this fails
+        os.rename(partial, out_dir)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
 def append_problem(path):
     """None if result lines could be appended to path, else why not; creates nothing (a refused
     run leaves no empty OUT behind). A disk that fills later is append_lines' to report."""

@@ -14,13 +14,12 @@ position (exactly them for an adaptive softmax).
 import argparse
 import enum
 import os
-import shutil
 import sys
-import tempfile
 
 import torch
 
 from ..checkpoints import field, model_and_task, read_state
+from ..files import folder_written_whole, new_folder_problem
 from ..provenance import commit
 from .bundle import FILE_NAME, bundled_source
 
@@ -204,8 +203,8 @@ def export(checkpoint, out_dir, data=None, remote_code=False):
     """Write the folder; SystemExit with one line (and nothing written) on bad input."""
     from ..build import load_checkpoint
 
-    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
-        raise CannotExport(f"{out_dir} exists and is not an empty directory: give a new OUT_DIR")
+    if new_folder_problem(out_dir):
+        raise CannotExport(new_folder_problem(out_dir))
     if not os.path.isfile(checkpoint):
         raise CannotExport(f"no checkpoint at {checkpoint}")
     data = data or os.path.dirname(os.path.abspath(checkpoint))
@@ -236,20 +235,12 @@ def write_folder(hf, dictionary, out_dir):
     temporary sibling: an interrupted export leaves no half-written folder."""
     from .tokenizer import word_level_tokenizer
 
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    partial = tempfile.mkdtemp(prefix=".export-", dir=parent)
-    try:
+    with folder_written_whole(out_dir) as partial:
         hf.save_pretrained(partial)
         if hf.config.model_type == "fairseq_alibi":  # stock BLOOM needs no code of ours
             with open(os.path.join(partial, FILE_NAME), "w", encoding="utf-8") as f:
                 f.write(bundled_source())
         word_level_tokenizer(dictionary).save_pretrained(partial)
-        if os.path.isdir(out_dir):
-            os.rmdir(out_dir)  # empty: checked above
-        os.rename(partial, out_dir)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
 
 
 def main(argv=None):

@@ -15,10 +15,10 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 
 import torch
 
+from ..files import folder_written_whole, new_folder_problem
 from ..provenance import commit
 
 SPECIALS = 4  # fairseq's <s>, <pad>, </s>, <unk>
@@ -128,13 +128,10 @@ def import_gpt2(hf_dir, out_dir):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
 
-    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
-        raise CannotImport(f"{out_dir} exists and is not an empty directory: give a new OUT_DIR")
+    if new_folder_problem(out_dir):
+        raise CannotImport(new_folder_problem(out_dir))
     gpt2 = read_gpt2(hf_dir)
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    partial = tempfile.mkdtemp(prefix=".import-", dir=parent)
-    try:
+    with folder_written_whole(out_dir) as partial:
         with open(os.path.join(partial, "dict.txt"), "w") as f:
             f.writelines(f"{i} 1\n" for i in range(gpt2.config.vocab_size))
         has_bpe = byte_level_files(hf_dir, partial)
@@ -157,11 +154,6 @@ def import_gpt2(hf_dir, out_dir):
                     "fairseq_alibi_import": {"source": os.path.basename(os.path.abspath(hf_dir)), "from": "GPT2LMHeadModel",
                                              "commit": commit()}},
                    os.path.join(partial, "checkpoint.pt"))
-        if os.path.isdir(out_dir):
-            os.rmdir(out_dir)
-        os.rename(partial, out_dir)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
 
 
 def main(argv=None):
