@@ -141,6 +141,19 @@ def test_greedy_generation_with_the_cache_gives_fairseqs_tokens(kind, exported):
     torch.testing.assert_close(generated, greedy_without_cache(model, prompt, 24))
 
 
+@pytest.mark.parametrize("kind", ["alibi", "fox", "rotary"])
+def test_beam_search_reorders_the_cache_as_the_full_forward_would(kind, exported):
+    """Beam search reorders the cache between steps (FoX's gate state rides in it as key channels):
+    the same search without a cache, every step a full forward, finds the same beams."""
+    _, dictionary, hf, _ = exported(kind)
+    prompt = random_tokens(len(dictionary), 2, 6)
+    options = dict(max_new_tokens=12, min_new_tokens=12, num_beams=3, num_return_sequences=3, do_sample=False)
+    with torch.no_grad():
+        cached = hf.generate(prompt, attention_mask=torch.ones_like(prompt), **options)
+        uncached = hf.generate(prompt, attention_mask=torch.ones_like(prompt), use_cache=False, **options)
+    torch.testing.assert_close(cached, uncached)
+
+
 def test_the_tokenizer_gives_fairseqs_ids_for_raw_wikitext(tmp_path):
     from fairseq.data import Dictionary
     from transformers import AutoTokenizer
