@@ -408,3 +408,52 @@ def test_the_bloom_small_preset_is_alibis_only(tmp_path):
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode != 0 and "bloom_small preset is ALiBi's" in proc.stderr, proc.stderr
     assert not (tmp_path / "save").exists()
+
+
+def test_a_gpt2_on_a_fairseq_dictionary_keeps_its_ids(tmp_path):
+    """A GPT-2 whose tokenizer is a fairseq dictionary (hf/tokenizer.py's, as gpt2_standin.py trains
+    it) imports with its ids kept: fairseq's logits on the dictionary's own ids are GPT-2's."""
+    from fairseq.data import Dictionary
+    from fairseq.models.transformer_lm import TransformerLanguageModel
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from fairseq_alibi.hf.import_gpt2 import import_gpt2
+    from fairseq_alibi.hf.tokenizer import word_level_tokenizer
+
+    dictionary = Dictionary()
+    for i in range(40):
+        dictionary.add_symbol(f"w{i}")
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(dictionary), n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                      eos_token_id=2, bos_token_id=2, pad_token_id=1)).eval()
+    gpt2.save_pretrained(tmp_path / "hf")
+    word_level_tokenizer(dictionary).save_pretrained(tmp_path / "hf")
+    import_gpt2(str(tmp_path / "hf"), str(tmp_path / "fairseq"))
+    assert (tmp_path / "fairseq" / "dict.txt").read_text().split()[::2] == dictionary.symbols[4:]
+    hub = TransformerLanguageModel.from_pretrained(str(tmp_path / "fairseq"), "checkpoint.pt").eval()
+    tokens = torch.cat([torch.tensor([[2]]), random_tokens(len(dictionary), 1, 31)], dim=1)
+    with torch.no_grad():
+        torch.testing.assert_close(hub.models[0](tokens)[0], gpt2(tokens).logits, rtol=1e-5, atol=1e-5)
+    assert hub.encode("w3 w7").tolist() == [dictionary.index("w3"), dictionary.index("w7"), 2]
+
+
+@pytest.mark.slow
+def test_the_gpt2_standin_trains_resumes_and_imports(wt2_slice, tmp_path):
+    """examples/wikitext2/gpt2_standin.py at toy size: stopped after 10 updates and run again to 20, it
+    gives the uninterrupted run's weights; its folder imports with the slice's ids."""
+    from transformers import GPT2LMHeadModel
+
+    from fairseq_alibi.hf.import_gpt2 import import_gpt2
+
+    toy = ["--length", "16", "--dim", "16", "--layers", "1", "--heads", "2", "--tokens", "128"]
+    script = os.path.join(REPO, "examples", "wikitext2", "gpt2_standin.py")
+    run([sys.executable, script, wt2_slice, str(tmp_path / "whole"), "--updates", "20", *toy])
+    run([sys.executable, script, wt2_slice, str(tmp_path / "parts"), "--updates", "20", *toy, "--stop-after", "10"])
+    assert not (tmp_path / "parts" / "config.json").exists()
+    assert "resuming at update 10" in run([sys.executable, script, wt2_slice, str(tmp_path / "parts"), "--updates", "20", *toy])
+    whole, parts = (GPT2LMHeadModel.from_pretrained(tmp_path / name).state_dict() for name in ("whole", "parts"))
+    for key in whole:
+        torch.testing.assert_close(parts[key], whole[key], rtol=0, atol=0)
+    import_gpt2(str(tmp_path / "whole"), str(tmp_path / "imported"))
+    assert (tmp_path / "imported" / "dict.txt").read_text() .split()[::2] == [
+        line.split()[0] for line in open(os.path.join(wt2_slice, "dict.txt"))]

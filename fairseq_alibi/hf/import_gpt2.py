@@ -7,7 +7,9 @@ fairseq-eval-lm, fairseq-generate and the hub interface load, and which convert_
 The vocabulary: fairseq's index is the GPT-2 id + 4 (fairseq's four special symbols come first;
 dict.txt lists the ids as fairseq's GPT-2 dictionaries do), and fairseq's </s>, which starts every
 context and ends every line, is GPT-2's <|endoftext|>: its embedding. <s>, <pad> and <unk> get zero
-embeddings. With tokenizer files, the hub interface encodes raw text as the GPT-2 tokenizer does
+embeddings. A GPT-2 whose tokenizer is a fairseq dictionary already (hf/tokenizer.py's word-level
+tokenizer: fairseq's four specials at ids 0-3, as examples/wikitext2/gpt2_standin.py trains)
+keeps its ids, and dict.txt lists its words. With tokenizer files, the hub interface encodes raw text as the GPT-2 tokenizer does
 (fairseq's hf_byte_bpe reads the same vocab.json and merges.txt).
 """
 import argparse
@@ -70,15 +72,30 @@ def fairseq_flags(config):
             "--dropout", str(config.resid_pdrop), "--attention-dropout", str(config.attn_pdrop)]
 
 
-def gpt2_state(gpt2, fairseq_state, padding_idx, eos):
-    """fairseq's state dict (its own keys, every one filled) from GPT-2's weights."""
+def fairseq_words(hf_dir):
+    """The words of a word-level tokenizer that is a fairseq dictionary (fairseq's four specials at
+    ids 0-3), in id order; None for any other tokenizer (GPT-2's BPE)."""
+    path = os.path.join(hf_dir, "tokenizer.json")
+    if not os.path.isfile(path):
+        return None
+    model = json.load(open(path, encoding="utf-8")).get("model", {})
+    if model.get("type") != "WordLevel":
+        return None
+    words = sorted(model["vocab"], key=model["vocab"].get)
+    return words if words[:SPECIALS] == ["<s>", "<pad>", "</s>", "<unk>"] else None
+
+
+def gpt2_state(gpt2, fairseq_state, padding_idx, eos, offset=SPECIALS):
+    """fairseq's state dict (its own keys, every one filled) from GPT-2's weights; fairseq index =
+    GPT-2 id + offset."""
     hf = {k: v.detach().float() for k, v in gpt2.state_dict().items()}
     d = gpt2.config.n_embd
     state = {}
     tokens = hf["transformer.wte.weight"]
-    embed = torch.zeros(tokens.size(0) + SPECIALS, d)
-    embed[SPECIALS:] = tokens
-    embed[eos] = tokens[gpt2.config.eos_token_id]
+    embed = torch.zeros(tokens.size(0) + offset, d)
+    embed[offset:] = tokens
+    if offset:
+        embed[eos] = tokens[gpt2.config.eos_token_id]
     state["decoder.embed_tokens.weight"] = embed
     state["decoder.output_projection.weight"] = embed  # tied, as GPT-2's lm_head
     positions = hf["transformer.wpe.weight"]
@@ -132,15 +149,16 @@ def import_gpt2(hf_dir, out_dir):
         raise CannotImport(new_folder_problem(out_dir))
     gpt2 = read_gpt2(hf_dir)
     with folder_written_whole(out_dir) as partial:
+        words = fairseq_words(hf_dir)
         with open(os.path.join(partial, "dict.txt"), "w") as f:
-            f.writelines(f"{i} 1\n" for i in range(gpt2.config.vocab_size))
-        has_bpe = byte_level_files(hf_dir, partial)
+            f.writelines(f"{w} 1\n" for w in (words[SPECIALS:] if words else range(gpt2.config.vocab_size)))
+        has_bpe = words is None and byte_level_files(hf_dir, partial)
         argv = ["--task", "language_modeling", partial, *fairseq_flags(gpt2.config)]
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
         dictionary = task.source_dictionary
-        state = gpt2_state(gpt2, model.state_dict(), dictionary.pad(), dictionary.eos())
+        state = gpt2_state(gpt2, model.state_dict(), dictionary.pad(), dictionary.eos(), 0 if words else SPECIALS)
         model.load_state_dict(state, strict=True)
         container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         container["task"]["data"] = os.path.abspath(out_dir)
