@@ -375,7 +375,8 @@ def test_import_refuses_what_is_not_a_gpt2_in_one_line_and_writes_nothing(tiny_g
 @pytest.mark.slow
 def test_lm_eval_on_an_exported_model_gives_fairseq_eval_lms_perplexity(toy_checkpoint, wt2_slice, tmp_path):
     """The shipped task file (examples/wikitext2/lm_eval), pointed at the WikiText-2 slice: lm-eval's
-    token perplexity at max_length=L is fairseq-eval-lm's nonoverlapping perplexity at L."""
+    token perplexity at max_length=L is fairseq-eval-lm's nonoverlapping perplexity at L (up to the last window,
+    which lm-eval feeds L tokens: on the slice, 1 token past the last block)."""
     import re
 
     pytest.importorskip("lm_eval")
