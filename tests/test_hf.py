@@ -458,3 +458,13 @@ def test_the_gpt2_standin_trains_resumes_and_imports(wt2_slice, tmp_path):
     import_gpt2(str(tmp_path / "whole"), str(tmp_path / "imported"))
     assert (tmp_path / "imported" / "dict.txt").read_text() .split()[::2] == [
         line.split()[0] for line in open(os.path.join(wt2_slice, "dict.txt"))]
+
+
+def test_the_committed_lm_eval_table_rebuilds_from_committed_files(tmp_path):
+    import shutil
+
+    committed = os.path.join(REPO, "examples", "wikitext2", "results", "hf")
+    shutil.copytree(committed, tmp_path / "hf")
+    (tmp_path / "hf" / "table.md").unlink()
+    run([sys.executable, os.path.join(REPO, "examples", "wikitext2", "lm_eval", "table.py"), str(tmp_path / "hf")])
+    assert (tmp_path / "hf" / "table.md").read_text() == open(os.path.join(committed, "table.md")).read()
