@@ -177,9 +177,9 @@ class SelfAttention(nn.Module):
         if rotary is not None:  # keys are cached rotated, at their own positions
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if self.layer_bias is not None:
-            # The forget gates' cumulative log f rides in the cache as two extra key channels (an
-            # fp64 value as fp32 high and low parts), so that the cache's own reordering and
-            # cropping keep it with its keys.
+            # The forget gates' cumulative log f (fp64) rides in the cache as two extra key channels,
+            # its high and low parts in the keys' dtype, so that the cache's own reordering and
+            # cropping keep it with its keys (exact to ~2^-48 of it in fp32, ~2^-16 in bf16).
             state = None
             if cache is not None and cache.get_seq_length(layer) > 0:
                 cached = cache.layers[layer].keys
@@ -187,8 +187,9 @@ class SelfAttention(nn.Module):
             extra, cumulative = self.layer_bias(x.transpose(0, 1), q, k, padded, state)
             if cache is not None:
                 new = cumulative[..., -length:]
-                high = new.float()
-                k_stored = torch.cat([k, high[..., None].to(k.dtype), (new - high.double()).float()[..., None].to(k.dtype)], -1)
+                high = new.to(k.dtype)
+                low = (new - high.double()).to(k.dtype)
+                k_stored = torch.cat([k, high[..., None], low[..., None]], -1)
                 k_all, v = cache.update(k_stored, v, layer)
                 k = k_all[..., :-2]
             mask = extra + (mask if mask is not None else causal_mask(length, extra.size(-1), x.device))
