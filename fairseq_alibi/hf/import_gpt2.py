@@ -72,14 +72,20 @@ def fairseq_flags(config):
             "--dropout", str(config.resid_pdrop), "--attention-dropout", str(config.attn_pdrop)]
 
 
-def fairseq_words(hf_dir):
-    """The words of a word-level tokenizer that is a fairseq dictionary (fairseq's four specials at
-    ids 0-3), in id order; None for any other tokenizer (GPT-2's BPE)."""
+def tokenizer_model(hf_dir, kind):
+    """The model section of the folder's tokenizer.json if it is a `kind` model (BPE, WordLevel), else None."""
     path = os.path.join(hf_dir, "tokenizer.json")
     if not os.path.isfile(path):
         return None
     model = json.load(open(path, encoding="utf-8")).get("model", {})
-    if model.get("type") != "WordLevel":
+    return model if model.get("type") == kind else None
+
+
+def fairseq_words(hf_dir):
+    """The words of a word-level tokenizer that is a fairseq dictionary (fairseq's four specials at
+    ids 0-3), in id order; None for any other tokenizer (GPT-2's BPE)."""
+    model = tokenizer_model(hf_dir, "WordLevel")
+    if model is None:
         return None
     words = sorted(model["vocab"], key=model["vocab"].get)
     return words if words[:SPECIALS] == ["<s>", "<pad>", "</s>", "<unk>"] else None
@@ -125,11 +131,8 @@ def byte_level_files(hf_dir, out_dir):
         for name in ("vocab.json", "merges.txt"):
             shutil.copyfile(os.path.join(hf_dir, name), os.path.join(out_dir, name))
         return True
-    path = os.path.join(hf_dir, "tokenizer.json")
-    if not os.path.isfile(path):
-        return False
-    model = json.load(open(path, encoding="utf-8")).get("model", {})
-    if model.get("type") != "BPE":
+    model = tokenizer_model(hf_dir, "BPE")
+    if model is None:
         return False
     with open(os.path.join(out_dir, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(model["vocab"], f, ensure_ascii=False)
