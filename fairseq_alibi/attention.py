@@ -21,6 +21,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from .documents import Documents, document_bias
 from .kernels import build_kernel, choose_kernel
 from .kernels.sdpa import masked_attention
+from .positions.base import causal_mask
 from .rotary import apply_rotary
 
 
@@ -38,12 +39,6 @@ class AttentionBias:
     # A kernel that adds the bias itself (what kernels.build_kernel prepared: .attend); then mask is None.
     kernel: Optional[object] = None
     causal: bool = True
-
-
-def causal_mask(query_len: int, key_len: int, dtype, device) -> Tensor:
-    """(1, 1, T, S): 0 where query i (the last T of S positions) may look, -inf on the future."""
-    future = torch.ones(query_len, key_len, dtype=torch.bool, device=device).triu(key_len - query_len + 1)
-    return torch.zeros(query_len, key_len, dtype=dtype, device=device).masked_fill(future, float("-inf"))[None, None]
 
 
 def fold_padding(mask: Tensor, padding_mask: Tensor) -> Tensor:

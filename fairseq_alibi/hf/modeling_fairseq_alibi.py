@@ -22,6 +22,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from fairseq_alibi.positions import METHODS, build_method  # bundled: dropped from the exported file
+from fairseq_alibi.positions.base import causal_mask  # bundled: dropped from the exported file
 from fairseq_alibi.rotary import apply_rotary  # bundled: dropped from the exported file
 
 ABSOLUTE_POSITIONS = ("sinusoidal", "learned")  # fairseq's position embeddings, added to the input
@@ -192,7 +193,7 @@ class SelfAttention(nn.Module):
                 k_stored = torch.cat([k, high[..., None], low[..., None]], -1)
                 k_all, v = cache.update(k_stored, v, layer)
                 k = k_all[..., :-2]
-            mask = extra + (mask if mask is not None else causal_mask(length, extra.size(-1), x.device))
+            mask = extra + (mask if mask is not None else causal_mask(length, extra.size(-1), torch.float32, x.device))
         elif cache is not None:
             k, v = cache.update(k, v, layer)
         dropout = self.dropout if self.training else 0.0
@@ -201,12 +202,6 @@ class SelfAttention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=dropout)
         return self.out_proj(out.transpose(1, 2).reshape(batch, length, -1))
-
-
-def causal_mask(query_len, key_len, device):
-    """(1, 1, T, S) fp32: 0 where the last T of S positions may look, -inf on the future."""
-    future = torch.ones(query_len, key_len, dtype=torch.bool, device=device).triu(key_len - query_len + 1)
-    return torch.zeros(query_len, key_len, device=device).masked_fill(future, float("-inf"))[None, None]
 
 
 class DecoderLayer(nn.Module):
@@ -300,7 +295,7 @@ class Decoder(nn.Module):
                 mask = bias.transpose(0, 1)
         if mask is not None or padded is not None or length != key_len:
             mask = (mask if mask is not None else torch.zeros(1, 1, 1, 1, device=x.device)) + causal_mask(
-                length, key_len, x.device)
+                length, key_len, torch.float32, x.device)
             if padded is not None:
                 # A padded query still sees itself: no row is all -inf (NaN).
                 itself = torch.eye(key_len, dtype=torch.bool, device=x.device)[-length:]

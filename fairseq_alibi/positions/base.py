@@ -48,6 +48,13 @@ def signed_distance(query_pos: Tensor, key_pos: Tensor) -> Tensor:
     return query_pos.unsqueeze(-1).float() - key_pos.unsqueeze(-2).float()
 
 
+def causal_mask(query_len: int, key_len: int, dtype, device) -> Tensor:
+    """(1, 1, T, S): 0 where query i (the last T of S positions) may look, -inf on the future (the
+    plugin's attention and the exported model's)."""
+    future = torch.ones(query_len, key_len, dtype=torch.bool, device=device).triu(key_len - query_len + 1)
+    return torch.zeros(query_len, key_len, dtype=dtype, device=device).masked_fill(future, float("-inf"))[None, None]
+
+
 def heads_first(bias: Tensor) -> Tensor:
     """(..., Tq, Tk, heads) -> (heads, ..., Tq, Tk)."""
     return bias.permute(-1, *range(bias.dim() - 1))
