@@ -39,7 +39,7 @@ def steps(out, dry_run):
     comparison = [py, "scripts/experiment.py", "scale2", "--out", f"{out}/scale2", "--checkpoints", f"{out}/../checkpoints-scale2",
                   "--data", "data-bin/wikitext-2"]  # carried to the GPU machine (it reaches no download)
     if dry_run:
-        comparison += ["--models", "alibi", "sinusoidal", "--seeds", "1", "--updates", "2", "--lengths", "16", "32",
+        comparison += ["--models", "alibi", "sinusoidal", "--seeds", "1", "--updates", "2", "--lengths", "16",
                        "--train-flags", "--decoder-layers 1 --decoder-embed-dim 32 --decoder-input-dim 32 "
                        "--decoder-output-dim 32 --decoder-ffn-embed-dim 64 --max-tokens 256", "--parallel", "2",
                        "--train-length", "16"]
