@@ -21,7 +21,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from .documents import Documents, document_bias
 from .kernels import build_kernel, choose_kernel
 from .kernels.sdpa import masked_attention
-from .positions.base import causal_mask
+from .positions.base import causal_mask, fold_padding
 from .rotary import apply_rotary
 
 
@@ -39,14 +39,6 @@ class AttentionBias:
     # A kernel that adds the bias itself (what kernels.build_kernel prepared: .attend); then mask is None.
     kernel: Optional[object] = None
     causal: bool = True
-
-
-def fold_padding(mask: Tensor, padding_mask: Tensor) -> Tensor:
-    """Mask padded keys too: (batch, heads or 1, T, S)."""
-    query_len, key_len = mask.shape[-2:]
-    diagonal = torch.eye(key_len, dtype=torch.bool, device=mask.device)[-query_len:]
-    # A padded query still attends to itself, so that no row is all -inf (NaN).
-    return mask.masked_fill(padding_mask[:, None, None, :] & ~diagonal, float("-inf"))
 
 
 def is_right_padding(padding_mask: Tensor) -> bool:

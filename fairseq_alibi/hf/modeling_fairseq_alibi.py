@@ -22,7 +22,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from fairseq_alibi.positions import METHODS, build_method  # bundled: dropped from the exported file
-from fairseq_alibi.positions.base import causal_mask  # bundled: dropped from the exported file
+from fairseq_alibi.positions.base import causal_mask, fold_padding  # bundled: dropped from the exported file
 from fairseq_alibi.rotary import apply_rotary  # bundled: dropped from the exported file
 
 ABSOLUTE_POSITIONS = ("sinusoidal", "learned")  # fairseq's position embeddings, added to the input
@@ -297,9 +297,7 @@ class Decoder(nn.Module):
             mask = (mask if mask is not None else torch.zeros(1, 1, 1, 1, device=x.device)) + causal_mask(
                 length, key_len, torch.float32, x.device)
             if padded is not None:
-                # A padded query still sees itself: no row is all -inf (NaN).
-                itself = torch.eye(key_len, dtype=torch.bool, device=x.device)[-length:]
-                mask = mask.expand(batch, -1, -1, -1).masked_fill(padded[:, None, None, :] & ~itself, float("-inf"))
+                mask = fold_padding(mask, padded)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, padded, rotary, cache, i)
         if self.layer_norm is not None:

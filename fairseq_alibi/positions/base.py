@@ -55,6 +55,14 @@ def causal_mask(query_len: int, key_len: int, dtype, device) -> Tensor:
     return torch.zeros(query_len, key_len, dtype=dtype, device=device).masked_fill(future, float("-inf"))[None, None]
 
 
+def fold_padding(mask: Tensor, padding_mask: Tensor) -> Tensor:
+    """Mask padded keys too: (batch, heads or 1, T, S)."""
+    query_len, key_len = mask.shape[-2:]
+    diagonal = torch.eye(key_len, dtype=torch.bool, device=mask.device)[-query_len:]
+    # A padded query still attends to itself, so that no row is all -inf (NaN).
+    return mask.masked_fill(padding_mask[:, None, None, :] & ~diagonal, float("-inf"))
+
+
 def heads_first(bias: Tensor) -> Tensor:
     """(..., Tq, Tk, heads) -> (heads, ..., Tq, Tk)."""
     return bias.permute(-1, *range(bias.dim() - 1))
