@@ -76,7 +76,7 @@ def main(argv=None):
     model = GPT2LMHeadModel(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.003, betas=(0.9, 0.98), eps=1e-8)
     generator = torch.Generator().manual_seed(args.seed)
-    update, order, position = 0, torch.randperm(len(blocks), generator=generator), 0
+    update, order, position, seconds = 0, torch.randperm(len(blocks), generator=generator), 0, 0.0
     state_path = os.path.join(args.out, "trainer.pt")
     os.makedirs(args.out, exist_ok=True)
     if os.path.isfile(state_path):
@@ -85,7 +85,7 @@ def main(argv=None):
             raise SystemExit(f"error: {args.out} holds a run with other options ({state['args']}): give another OUT")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        update, order, position = state["update"], state["order"], state["position"]
+        update, order, position, seconds = state["update"], state["order"], state["position"], state["seconds"]
         generator.set_state(state["generator"])
         print(f"resuming at update {update}")
     started = time.time()
@@ -105,10 +105,11 @@ def main(argv=None):
         update += 1
         stopping = update == stop_after
         if update % 100 == 0 or update == args.updates or stopping:
-            print(f"update {update}: loss {loss.item() / 0.6931:.3f} bits ({time.time() - started:.0f} s)", flush=True)
+            spent = seconds + time.time() - started  # training time over every resumed piece
+            print(f"update {update}: loss {loss.item() / 0.6931:.3f} bits ({spent:.0f} s)", flush=True)
             with written_whole(state_path) as partial:
                 torch.save({"args": vars(args), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                            "update": update, "order": order, "position": position,
+                            "update": update, "order": order, "position": position, "seconds": spent,
                             "generator": generator.get_state()}, partial)
         if stopping:
             print(f"stopped at update {update}: run the same command again to continue")
@@ -118,7 +119,8 @@ def main(argv=None):
     word_level_tokenizer(dictionary).save_pretrained(args.out)
     with written_whole(os.path.join(args.out, "provenance.json")) as partial:
         json.dump({"command": "python examples/wikitext2/gpt2_standin.py " + " ".join(sys.argv[1:]),
-                   "commit": provenance.commit(), "machine": provenance.machine(), "updates": update}, open(partial, "w"))
+                   "commit": provenance.commit(), "machine": provenance.machine(), "updates": update,
+                   "training_wall_s": round(seconds + time.time() - started, 1)}, open(partial, "w"))
 
 
 if __name__ == "__main__":
