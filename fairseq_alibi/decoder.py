@@ -208,6 +208,22 @@ def bloom_small_architecture(args):
     base_lm_architecture(args)  # pre-norm, final LayerNorm, input/output dims = embed dim
 
 
+def gpt2_small_architecture(args):
+    """The small architecture's dimensions in GPT-2's layout, the one a GPT-2 imported by
+    `fairseq-alibi-import-hf` and given ALiBi (`convert_checkpoint --replace-positions`) fine-tunes in:
+    no embedding scale, tanh GELU (gelu_accurate = GPT-2's gelu_new), FFN 4 d, pre-norm with a final
+    LayerNorm, one output matrix tied to the embeddings. Its learned-positions twin (the GPT-2
+    itself, continued) is stock fairseq: GPT2_SMALL_TWIN_FLAGS."""
+    args.decoder_layers = getattr(args, "decoder_layers", 4)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 4 * args.decoder_embed_dim)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
+    args.no_scale_embedding = getattr(args, "no_scale_embedding", True)
+    args.activation_fn = getattr(args, "activation_fn", "gelu_accurate")
+    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
+    base_lm_architecture(args)  # pre-norm, final LayerNorm, input/output dims = embed dim
+
+
 def wiki103_architecture(args):
     """The paper's 247M model: Baevski & Auli's transformer_lm_wiki103 without positions."""
     transformer_lm_baevski_wiki103(args)
@@ -254,6 +270,8 @@ def register_position_lm(method_class):
     register_model_architecture(model_name, f"{model_name}_wiki103")(wiki103_architecture)
     if method_class.method == "alibi":  # the one method stock BLOOM computes
         register_model_architecture(model_name, f"{model_name}_bloom_small")(bloom_small_architecture)
+        # the method a GPT-2 is given (--replace-positions)
+        register_model_architecture(model_name, f"{model_name}_gpt2_small")(gpt2_small_architecture)
     return cls
 
 
@@ -267,4 +285,13 @@ SMALL_TWIN_FLAGS = (
     "--decoder-output-dim 128 --decoder-ffn-embed-dim 512 --decoder-attention-heads 8 "
     "--decoder-normalize-before --adaptive-input --adaptive-input-cutoff 2000,10000 "
     "--adaptive-softmax-cutoff 2000,10000 --tie-adaptive-weights --tie-adaptive-proj"
+)
+
+# Stock fairseq flags giving gpt2_small_architecture with learned positions (a GPT-2 of the small
+# dimensions as fairseq-alibi-import-hf writes it; n_positions = the training length).
+GPT2_SMALL_TWIN_FLAGS = (
+    "--arch transformer_lm --decoder-layers 4 --decoder-embed-dim 128 --decoder-input-dim 128 "
+    "--decoder-output-dim 128 --decoder-ffn-embed-dim 512 --decoder-attention-heads 8 "
+    "--decoder-normalize-before --decoder-learned-pos --no-scale-embedding "
+    "--share-decoder-input-output-embed --activation-fn gelu_accurate"
 )

@@ -43,7 +43,8 @@ def fail(message):
 
 def trained(checkpoint, user_overrides):
     """(model name, training length, whether its config has the method's scaling fields, updates,
-    seed) from the checkpoint's config; user_overrides (a dict's text) checked against it."""
+    seed, user overrides, the length its learned positions end at or None) from the checkpoint's
+    config; user_overrides (a dict's text) checked against it."""
     try:
         state = checkpoints.read_state(checkpoint)
     except checkpoints.NotACheckpoint:
@@ -73,8 +74,11 @@ def trained(checkpoint, user_overrides):
     name = model["_name"]
     method = name.split("_transformer_lm")[0]
     seed = (cfg.get("common") or {}).get("seed")
+    # A learned position table (a GPT-2 imported) has no row past max_target_positions.
+    positions_end = int(model.get("max_target_positions") or cfg["task"]["tokens_per_sample"]) \
+        if model.get("decoder_learned_pos") and not model.get("no_token_positional_embeddings") else None
     return (name, int(cfg["task"]["tokens_per_sample"]), f"{method}_scaling" in model,
-            history[-1].get("num_updates", -1), seed, overrides)
+            history[-1].get("num_updates", -1), seed, overrides, positions_end)
 
 
 def check_scalings(checkpoint, name, has_scaling, scalings):
@@ -94,13 +98,18 @@ def check_scalings(checkpoint, name, has_scaling, scalings):
             fail(f"{checkpoint} predates rotary scaling (no rotary_scaling in its config): retrain it with this version")
 
 
-def plan(name, train_length, lengths, strides, scalings, scaling_factor):
+def plan(name, train_length, lengths, strides, scalings, scaling_factor, positions_end=None):
     """(jobs, skipped): one job per (scaling, L_valid, stride): L_valid, stride, its rule, the context
-    window, the scaling, its factor and the model overrides it takes; and why any was left out."""
+    window, the scaling, its factor and the model overrides it takes; and why any was left out
+    (positions_end: a learned position table's length, past which nothing is scored)."""
     method = name.split("_transformer_lm")[0]
     jobs, skipped = [], []
     for scaling in scalings:
         for l_valid in lengths:
+            if positions_end and l_valid > positions_end:
+                skipped.append(f"L_valid {l_valid} is past the {positions_end} positions the model learned "
+                               "(learned positions have no row beyond them)")
+                continue
             # Without SCALING_FACTOR a scaling's factor is 1 up to the training length: the model unscaled.
             if scaling != "none" and not scaling_factor and l_valid <= train_length:
                 skipped.append(f"SCALING={scaling} applies past the training length {train_length} only "
@@ -113,7 +122,7 @@ def plan(name, train_length, lengths, strides, scalings, scaling_factor):
                     skipped.append(f"stride {stride} > L_valid {l_valid}")
                     continue
                 factor = 1.0
-                if scaling == "none" and name.startswith("transformer_lm"):
+                if scaling == "none" and name.startswith("transformer_lm") and not positions_end:
                     # Stock position-embedding models refuse lengths past their training length unless told.
                     overrides = {"max_target_positions": 1000000}
                 elif scaling == "none":
@@ -149,12 +158,12 @@ def score(scorings, data, split="valid", extra=(), resume=False):
             for out in dict.fromkeys(s.out for s in scorings)}
     planned = []
     for s in scorings:
-        name, train_length, has_scaling, updates, seed, user = trained(s.checkpoint, s.user_overrides)
+        name, train_length, has_scaling, updates, seed, user, positions_end = trained(s.checkpoint, s.user_overrides)
         problem = dictionaries.check(s.checkpoint, data)  # after the kind: that says more
         if problem:
             fail(problem)
         check_scalings(s.checkpoint, name, has_scaling, s.scalings)
-        jobs, skipped = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor)
+        jobs, skipped = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor, positions_end)
         if not jobs:
             fail(f"nothing to score for {s.checkpoint}: {'; '.join(skipped)}")
         for why in skipped:

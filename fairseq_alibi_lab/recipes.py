@@ -22,9 +22,9 @@ SMALL = ("--max-update", "1400", "--optimizer", "adam", "--adam-betas", "(0.9,0.
          "--clip-norm", "0.1", "--max-tokens", "2048", "--seed", "1", "--required-batch-size-multiple", "1",
          "--num-workers", "0", "--save-interval-updates", "100")
 
-# The small recipe for the bloom_small preset (alibi_transformer_lm_bloom_small): one output matrix,
-# no adaptive softmax, so plain cross entropy (after scripts/train.sh's adaptive_loss: the last wins).
-BLOOM_SMALL = SMALL + ("--criterion", "cross_entropy")
+# The small recipe for the presets of one output matrix (bloom_small, gpt2_small): no adaptive
+# softmax, so plain cross entropy (after scripts/train.sh's adaptive_loss: the last wins).
+SMALL_ONE_SOFTMAX = SMALL + ("--criterion", "cross_entropy")
 
 
 def wiki103(length, workers):
@@ -76,7 +76,7 @@ def synthetic(updates=2400):
 
 
 # The recipes by name, and what each trains (a KINDS value of fairseq_alibi/checkpoints.py).
-RECIPE_KIND = {"small": "causal LM", "bloom_small": "causal LM", "wiki103": "causal LM", "masked_lm": "masked LM", "synthetic": "encoder-decoder"}
+RECIPE_KIND = {"small": "causal LM", "bloom_small": "causal LM", "gpt2_small": "causal LM", "wiki103": "causal LM", "masked_lm": "masked LM", "synthetic": "encoder-decoder"}
 RECIPES = tuple(RECIPE_KIND)
 
 
@@ -86,8 +86,8 @@ def recipe(preset, length, workers=1, updates=None):
     --max-update given after them: scripts/train.sh)."""
     if preset == "small":
         return SMALL
-    if preset == "bloom_small":
-        return BLOOM_SMALL
+    if preset in ("bloom_small", "gpt2_small"):
+        return SMALL_ONE_SOFTMAX
     if preset == "wiki103":
         return wiki103(length, workers)
     if preset == "masked_lm":

@@ -53,6 +53,16 @@ class Model:
     scalings: tuple = ()  # scripts/eval.sh SCALING values, scored past the training length
     train_multiple: int = 1  # trained at this multiple of the experiment's L (the trade's long sinusoidal models)
     multiples: tuple = ()  # L_valid = multiple x L scored (default: the experiment's)
+    longest: int = 0  # scored up to this multiple of L only (learned positions end at L: 1); 0, no limit
+    # A checkpoint the experiment's `prepare` module makes for each seed (the GPT-2 experiment's
+    # "gpt2", a GPT-2 trained with transformers and imported): the model is fine-tuned from it
+    # (--finetune-from-model), or, with no method, is that checkpoint, scored as it is. A flag
+    # "{name}" stands for such a checkpoint (--teacher-path {gpt2}).
+    start: str = ""
+    # (experiment, label): this model is that experiment's run of that label (same recipe, L and
+    # seeds), its rows taken from the experiment's committed results (COMMITTED), never trained or
+    # scored here.
+    shared: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +87,9 @@ class Experiment:
     # fairseq-train flags for every model, after the recipe's (a model size other than the recipe's).
     train_flags: tuple = ()
     updates: int = 0  # training updates (0: the recipe's)
+    # A module whose checkpoint(name, runner, seed, make) gives the path of each Model.start checkpoint
+    # (make: and makes it first, resumably, if it is not there).
+    prepare: str = ""
 
 
 SEPARATOR = "<doc>"  # what prepare-wikitext.sh --documents writes between articles
@@ -186,6 +199,24 @@ EXPERIMENTS["littlebird-long"] = Experiment(
     multiples=(1, 2, 4, 8), strides=("0",))
 
 
+# The conversion of a GPT-2 (issue 44's experiment): its fine-tunes take 200 updates (the conversion's
+# FINETUNE), from a GPT-2 that trained for the small recipe's 1400; the GPT-2 and its continuation
+# keep their learned positions, which end at L, so they are scored at L only.
+DISTILLATION = ("--criterion", "lm_distillation", "--teacher-path", "{gpt2}", "--distill-weight", "0.5",
+                "--distill-temperature", "2")
+EXPERIMENTS["gpt2-alibi"] = Experiment(
+    "A GPT-2 (learned positions) trained with transformers at L=64 stands in for a downloaded gpt2: imported, "
+    "given ALiBi, recovered for 200 updates with and without distillation from itself, against the GPT-2 "
+    "continued for the same 200 updates and the comparison's ALiBi trained from scratch.",
+    (Model("GPT-2 (imported)", "", start="gpt2", longest=1),
+     Model("GPT-2 continued", "learned", start="gpt2", longest=1),
+     Model("GPT-2 -> ALiBi, converted", "", start="converted"),
+     Model("GPT-2 -> ALiBi, recovered", "alibi", start="converted"),
+     Model("GPT-2 -> ALiBi, recovered with distillation", "alibi", DISTILLATION, start="converted"),
+     Model("ALiBi from scratch (comparison)", "alibi", shared=("comparison", "ALiBi"))),
+    recipe="gpt2_small", updates=200, prepare="fairseq_alibi_lab.gpt2_conversion")
+
+
 # The second scale (issue 48: a GPU's call of minutes): the small recipe's optimiser and schedule on a
 # model of 6 layers, d 256 (8 heads of 32: FlexAttention compiles them), at L=512 with 16 sequences
 # per update, 800 updates (about 3 epochs of WikiText-2), lr 0.002 (not tuned: the small recipe's
@@ -201,6 +232,10 @@ EXPERIMENTS["scale2"] = Experiment(
      Model("KERPLE log", "kerple", ("--kerple-variant", "log")),
      Model("FIRE", "fire", ("--fire-init-threshold", "512"))),
     train_length=512, multiples=(1, 2, 4, 8), train_flags=SCALE2_FLAGS, updates=800)
+
+
+# Where each experiment's results are committed (its tables rebuild from them with --tables --out).
+COMMITTED = os.path.join("examples", "wikitext2", "results")
 
 
 def slug(label):
@@ -240,19 +275,67 @@ class Runner:
 
     def model_lengths(self, model):
         """The L_valid values model is scored at (--lengths, else its multiples or the experiment's, of L)."""
-        return self.args.lengths or [m * self.length for m in model.multiples or self.experiment.multiples]
+        lengths = self.args.lengths or [m * self.length for m in model.multiples or self.experiment.multiples]
+        return [lv for lv in lengths if not model.longest or lv <= model.longest * self.train_length(model)]
 
     def save_dir(self, model, seed):
+        if model.shared:  # the other experiment's own directory (default checkpoints)
+            experiment, label = model.shared
+            return os.path.join("checkpoints", EXPERIMENTS[experiment].checkpoints or experiment,
+                                f"{slug(label)}-L{self.train_length(model)}-s{seed}")
         length = "" if self.seq2seq else f"-L{self.train_length(model)}"
         return os.path.join(self.checkpoints, f"{slug(model.label)}{length}-s{seed}")
+
+    def checkpoint(self, model, seed):
+        """The checkpoint scored for (model, seed): the last of its training, or the prepared one it is."""
+        if not model.method and not model.shared:
+            return self.prepared(model.start, seed)
+        return os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
+
+    def prepared(self, name, seed, make=False):
+        return importlib.import_module(self.experiment.prepare).checkpoint(name, self, seed, make)
+
+    def model_updates(self, model):
+        """The updates a scored row of model names: the shared experiment's, none for a prepared
+        checkpoint scored as it is (an import or a conversion trains nothing), else this one's."""
+        if model.shared:
+            experiment = EXPERIMENTS[model.shared[0]]
+            return experiment.updates or int(recipes.last_value(recipes.recipe(experiment.recipe, self.length), "--max-update"))
+        return self.updates if model.method else 0
+
+    def flags(self, model, seed):
+        """model's flags, a "{name}" made and replaced by its prepared checkpoint; --finetune-from-model
+        its start."""
+        named = [self.prepared(f[1:-1], seed, make=True) if re.fullmatch(r"\{\w+\}", f) else f for f in model.flags]
+        return named + (["--finetune-from-model", self.prepared(model.start, seed, make=True)] if model.start else [])
+
+    def take_shared(self):
+        """The committed rows of the shared models' runs, relabelled, into OUT (those it lacks); one
+        line naming the command where some are missing."""
+        for model in self.models:
+            if not model.shared:
+                continue
+            experiment, label = model.shared
+            wanted = {self.checkpoint(model, seed) for seed in self.seeds}
+            rows = [dict(r, label=model.label) for r in read_rows(os.path.join(COMMITTED, experiment, "results.jsonl"))
+                    if r.get("label") == label and r.get("checkpoint") in wanted and r.get("scaling", "none") == "none"
+                    and r.get("updates") == self.model_updates(model)]
+            append_new(self.results, rows)
+            for seed in self.seeds:
+                if any(self.missing(model, self.checkpoint(model, seed), self.model_updates(model)).values()):
+                    raise SystemExit(f"error: {COMMITTED}/{experiment}/results.jsonl lacks rows of {label} (seed {seed}) "
+                                     f"that {self.name} shows: run scripts/experiment.py {experiment} --models {slug(label)} "
+                                     f"--seeds {seed} and commit its results first")
 
     def train(self, model, seed):
         """scripts/train.sh (a masked LM or encoder-decoder: scripts/train_once.sh), which resumes an
         interrupted run and leaves a finished one; its log is appended to SAVE/train.log, its time and
         memory to SAVE/resources.jsonl."""
+        if not model.method:  # a prepared checkpoint, scored as it is
+            return self.prepared(model.start, seed, make=True)
         save = self.save_dir(model, seed)
         os.makedirs(save, exist_ok=True)
-        common = [*self.experiment.train_flags, *model.flags, "--seed", str(seed), "--max-update", str(self.updates),
+        common = [*self.experiment.train_flags, *self.flags(model, seed), "--seed", str(seed), "--max-update", str(self.updates),
                   "--log-interval", "50", "--no-progress-bar", *self.args.train_flags]
         if self.kind != "causal LM":  # train_once.sh writes the log and measures
             command = [os.path.join("scripts", "train_once.sh"), save, f"{model.label} (seed {seed})", "--",
@@ -325,8 +408,8 @@ class Runner:
     def scored_elsewhere(self, model, seed):
         """Every row of (model, seed) at the declared updates is in the results, but its checkpoint is
         not here (a fresh machine, the rows kept in git): it is done, not trained again."""
-        checkpoint = os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
-        return not os.path.exists(checkpoint) and not any(self.missing(model, checkpoint, self.updates).values())
+        checkpoint = self.checkpoint(model, seed)
+        return not os.path.exists(checkpoint) and not any(self.missing(model, checkpoint, self.model_updates(model)).values())
 
     def score(self, label, checkpoint, jobs, flags):
         scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in jobs)] for i in range(3))
@@ -369,12 +452,12 @@ class Runner:
     def tabulate(self):
         """Tables and figures from the rows of the declared runs at the declared updates (earlier
         rows, of other recipes or runs, stay in the file but not in the tables)."""
-        checkpoints = {os.path.join(self.save_dir(m, s), "checkpoint_last.pt") for m in self.models for s in self.seeds}
+        updates = {self.checkpoint(m, s): self.model_updates(m) for m in self.models for s in self.seeds}
         if self.seq2seq:  # exact match per task and size bucket (examples/synthetic/table.py)
-            rows = [r for r in read_rows(self.results) if r.get("checkpoint") in checkpoints and r.get("updates") == self.updates]
+            rows = [r for r in read_rows(self.results) if r.get("checkpoint") in updates and r.get("updates") == updates[r["checkpoint"]]]
             return synthetic_table.write_table(rows, self.out) if rows else ""
         rows = [r for r in read_rows(self.results)
-                if (r.get("model") == "unigram" or (r.get("checkpoint") in checkpoints and r.get("updates") == self.updates))
+                if (r.get("model") == "unigram" or (r.get("checkpoint") in updates and r.get("updates") == updates[r["checkpoint"]]))
                 and r["l_valid"] in self.lengths]
         table_rows = results.keyed(rows)  # the last measurement of a configuration wins
         if not table_rows:
@@ -416,6 +499,7 @@ class Runner:
               f"{self.updates} updates {scored} -> {self.out}", flush=True)
         try:
             self.floor()
+            self.take_shared()
             if self.args.parallel > 1:
                 self.run_parallel(jobs, start)
             else:
@@ -435,6 +519,9 @@ class Runner:
             elapsed = job_start - start
             left = f", about {duration(sum(worked) / len(worked) * (len(jobs) - number + 1))} left" if worked else ""
             print(f"== [{number}/{len(jobs)}] {model.label}, seed {seed} ({duration(elapsed)} so far{left})", flush=True)
+            if model.shared:
+                print(f"    {model.shared[0]}'s run (its committed rows): nothing to do", flush=True)
+                continue
             if self.scored_elsewhere(model, seed):
                 print("    already scored (its checkpoint is not on this machine): nothing to do", flush=True)
                 continue
@@ -448,7 +535,7 @@ class Runner:
         """Each (model, seed) by a runner of its own (its rows in OUT/parts/<run>), --parallel at a
         time (small models leave a GPU, or many cores, mostly idle); each part's rows are appended
         to OUT/results.jsonl as it ends. Stopped and rerun, it continues as run_in_turn does."""
-        waiting, running, failed = [job for job in jobs if not self.scored_elsewhere(*job)], {}, []
+        waiting, running, failed = [job for job in jobs if not job[0].shared and not self.scored_elsewhere(*job)], {}, []
         if len(waiting) < len(jobs):
             print(f"== {len(jobs) - len(waiting)} of {len(jobs)} already scored (their checkpoints are not on this "
                   "machine): nothing to do for them", flush=True)
@@ -491,7 +578,7 @@ class Runner:
         """A part begins with the rows OUT already holds for its (model, seed), and the floor's, so
         that its runner scores only what OUT lacks (a run begun one at a time, continued in parallel)."""
         os.makedirs(part, exist_ok=True)
-        checkpoint = os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
+        checkpoint = self.checkpoint(model, seed)
         append_new(os.path.join(part, "results.jsonl"), [r for r in read_rows(self.results)
                                                          if r.get("checkpoint") == checkpoint or r.get("model") == "unigram"])
 

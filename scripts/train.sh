@@ -6,7 +6,9 @@
 # METHOD: a position method of fairseq_alibi/positions/ (alibi, rotary, t5_bias, nope, kerple,
 # sandwich, fire, learned_alibi, fox, ...: --arch METHOD_transformer_lm_PRESET) | sinusoidal.  PRESET: wiki103 (default; the paper's
 # recipe) | small (CPU scale) | bloom_small (ALiBi only: the small recipe in BLOOM's layout, which
-# fairseq-alibi-export-hf writes as stock BLOOM). Method options go after --, e.g. -- --kerple-variant power.
+# fairseq-alibi-export-hf writes as stock BLOOM) | gpt2_small (the small recipe in GPT-2's layout:
+# METHOD learned, an imported GPT-2 continued, or alibi, its conversion; fine-tune with
+# --finetune-from-model). Method options go after --, e.g. -- --kerple-variant power.
 # TensorBoard logs go to SAVE_DIR/tensorboard (view: tensorboard --logdir SAVE_DIR/tensorboard).
 # Rerunning the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's own resume); a
 # finished run (its --max-update reached) is left as it is. A SAVE_DIR holding another run (another
@@ -24,7 +26,7 @@ set -euo pipefail
 from fairseq_alibi.methods import CAUSAL_METHODS, INFERENCE_ONLY
 print(*CAUSAL_METHODS); print(*(flag for flags in INFERENCE_ONLY.values() for flag in flags))
 ')
-usage="usage: scripts/train.sh $(IFS='|'; echo "${methods[*]}")|sinusoidal L DATA SAVE_DIR [wiki103|small|bloom_small] [-- flags]"
+usage="usage: scripts/train.sh $(IFS='|'; echo "${methods[*]}")|sinusoidal|learned L DATA SAVE_DIR [wiki103|small|bloom_small|gpt2_small] [-- flags]"
 case ${1:-} in -h|--help) source "$(dirname "$0")/usage.sh"; script_help "$0"; echo "$usage"; exit 0 ;; esac
 [ $# -ge 4 ] || { echo "$usage" >&2; exit 2; }
 method=$1; length=$2; data=$3; save_dir=$4
@@ -55,11 +57,14 @@ case $preset:$method in
   wiki103:sinusoidal) model=(--arch transformer_lm_wiki103) ;;
   bloom_small:alibi)  model=(--user-dir "$here/fairseq_alibi" --arch alibi_transformer_lm_bloom_small) ;;
   bloom_small:*)      fail "the bloom_small preset is ALiBi's in BLOOM's layout (stock BLOOM computes no other method): use METHOD alibi" ;;
+  gpt2_small:alibi)   model=(--user-dir "$here/fairseq_alibi" --arch alibi_transformer_lm_gpt2_small) ;;
+  gpt2_small:learned) read -r -a model <<< "$(python3 -c 'from fairseq_alibi.decoder import GPT2_SMALL_TWIN_FLAGS; print(GPT2_SMALL_TWIN_FLAGS)')" ;;
+  gpt2_small:*)       fail "the gpt2_small preset is an imported GPT-2 (METHOD learned) and its ALiBi conversion (METHOD alibi): use one of those" ;;
   small:sinusoidal)   read -r -a model <<< "$(python3 -c 'from fairseq_alibi.decoder import SMALL_TWIN_FLAGS; print(SMALL_TWIN_FLAGS)')" ;;
   wiki103:*|small:*)
     [[ " ${methods[*]} " == *" $method "* ]] || fail "unknown method '$method': use one of ${methods[*]} sinusoidal"
     model=(--user-dir "$here/fairseq_alibi" --arch "${method}_transformer_lm_$preset") ;;
-  *) fail "unknown preset '$preset': use wiki103, small or bloom_small" ;;
+  *) fail "unknown preset '$preset': use wiki103, small, bloom_small or gpt2_small" ;;
 esac
 
 # Processes in this job: the launcher's world size, else one per GPU on this node. torch (seconds
@@ -115,7 +120,7 @@ if [ "$rank" = 0 ]; then
 fi
 # The small presets' learning rate reaches 0 at the run's last update (unless told otherwise).
 schedule=()
-if [[ "$preset" = small || "$preset" = bloom_small ]] && [[ " $* " != *" --total-num-update "* ]]; then
+if [[ "$preset" = small || "$preset" = bloom_small || "$preset" = gpt2_small ]] && [[ " $* " != *" --total-num-update "* ]]; then
   schedule=(--total-num-update "$max_update")
 fi
 run_flags=("${model[@]}" "${recipe[@]}" "$@" "${schedule[@]}")  # what the run learns with (recipes.RUN_FLAGS)

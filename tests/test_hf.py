@@ -468,3 +468,69 @@ def test_the_committed_lm_eval_table_rebuilds_from_committed_files(tmp_path):
     (tmp_path / "hf" / "table.md").unlink()
     run([sys.executable, os.path.join(REPO, "examples", "wikitext2", "lm_eval", "table.py"), str(tmp_path / "hf")])
     assert (tmp_path / "hf" / "table.md").read_text() == open(os.path.join(committed, "table.md")).read()
+
+
+@pytest.mark.slow
+def test_the_gpt2_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_path):
+    """scripts/experiment.py gpt2-alibi at toy size (L=16): a stand-in GPT-2 (trained here for 3
+    updates, which the runner then finds finished), imported and converted by the runner; the GPT-2
+    scored at L only (its learned positions end there), the conversion and its two recoveries at L
+    and 2L, both strides; the GPT-2 continued and the recoveries trained 2 updates from their start
+    (fine-tuned: the counter starts at 0), the import and the conversion with none; run again,
+    nothing is trained or scored again."""
+    checkpoints, out = tmp_path / "checkpoints", tmp_path / "out"
+    toy = ["--length", "16", "--dim", "16", "--layers", "1", "--heads", "2", "--tokens", "64", "--updates", "3"]
+    run([sys.executable, os.path.join(REPO, "examples", "wikitext2", "gpt2_standin.py"), wt2_slice,
+         str(checkpoints / "gpt2-standin-L16-s1"), *toy])
+    flags = ["--decoder-layers", "1", "--decoder-embed-dim", "16", "--decoder-input-dim", "16", "--decoder-output-dim", "16",
+             "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--max-tokens", "64"]
+    models = ["gpt-2-imported", "gpt-2-continued", "gpt-2-alibi-converted", "gpt-2-alibi-recovered",
+              "gpt-2-alibi-recovered-with-distillation"]
+    command = [sys.executable, "scripts/experiment.py", "gpt2-alibi", "--data", wt2_slice, "--train-length", "16",
+               "--updates", "2", "--lengths", "16", "32", "--seeds", "1", "--checkpoints", str(checkpoints),
+               "--out", str(out), "--models", *models, "--train-flags", " ".join(flags)]
+    printed = run(command)
+    assert "importing it" in printed and "training the GPT-2 stand-in" in printed
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
+    scored = {(r["label"], r["l_valid"], r["stride_rule"], r["updates"]) for r in rows}
+    expected = {(label, lv, rule, updates) for label, lengths, updates in [
+        ("GPT-2 (imported)", (16,), 0), ("GPT-2 continued", (16,), 2), ("GPT-2 -> ALiBi, converted", (16, 32), 0),
+        ("GPT-2 -> ALiBi, recovered", (16, 32), 2), ("GPT-2 -> ALiBi, recovered with distillation", (16, 32), 2)]
+        for lv in lengths for rule in ("0", "L_valid/2")}
+    assert scored == expected and len(rows) == len(expected)
+    imported = str(checkpoints / "gpt2-imported-L16-s1")
+    assert {r["checkpoint"] for r in rows if r["label"] == "GPT-2 (imported)"} == {os.path.join(imported, "checkpoint.pt")}
+    assert {r["model"] for r in rows} == {"transformer_lm", "alibi_transformer_lm", "alibi_transformer_lm_gpt2_small"}
+    for name, start, arch in [("gpt-2-continued", "checkpoint.pt", "transformer_lm"),
+                              ("gpt-2-alibi-recovered", "converted-alibi.pt", "alibi_transformer_lm_gpt2_small"),
+                              ("gpt-2-alibi-recovered-with-distillation", "converted-alibi.pt", "alibi_transformer_lm_gpt2_small")]:
+        trained = json.loads((checkpoints / f"{name}-L16-s1" / "train_flags.json").read_text())
+        assert trained["--finetune-from-model"] == os.path.join(imported, start) and trained["--arch"] == arch
+        assert trained.get("--teacher-path") == (os.path.join(imported, "checkpoint.pt") if "distillation" in name else None)
+    table = (out / "table_valid_stride0.md").read_text()
+    assert "GPT-2 -> ALiBi, recovered with distillation" in table and "Unigram" in table
+    again = run(command)
+    assert "importing it" not in again and "training the GPT-2 stand-in" not in again
+    assert len((out / "results.jsonl").read_text().splitlines()) == len(rows) + 4  # + the floor's rows
+
+
+def test_the_gpt2_experiment_takes_the_comparisons_alibi_from_its_committed_rows(wt2_slice, tmp_path):
+    """The comparison's ALiBi is shown from examples/wikitext2/results/comparison/results.jsonl:
+    nothing trained or scored, each seed's rows relabelled; a seed it lacks is refused in one line."""
+    out = tmp_path / "out"
+    command = [sys.executable, "scripts/experiment.py", "gpt2-alibi", "--data", wt2_slice, "--models",
+               "alibi-from-scratch-comparison", "--out", str(out), "--checkpoints", str(tmp_path / "none")]
+    printed = run(command)
+    assert "comparison's run (its committed rows): nothing to do" in printed
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
+    committed = [json.loads(line) for line in open(os.path.join(REPO, "examples", "wikitext2", "results", "comparison",
+                                                                "results.jsonl"))]
+    alibi = sorted((r["seed"], r["l_valid"], r["stride_rule"], r["perplexity"]) for r in committed
+                   if r.get("label") == "ALiBi" and r["scaling"] == "none")
+    assert sorted((r["seed"], r["l_valid"], r["stride_rule"], r["perplexity"]) for r in rows) == alibi and len(alibi) == 30
+    assert {r["label"] for r in rows} == {"ALiBi from scratch (comparison)"}
+    assert "ALiBi from scratch (comparison)" in (out / "table_valid_stride0.md").read_text()
+    refused = subprocess.run([*command[:-4], "--out", str(tmp_path / "other"), "--seeds", "4"], cwd=REPO,
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "run scripts/experiment.py comparison --models alibi --seeds 4" in refused.stderr
