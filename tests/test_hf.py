@@ -514,6 +514,7 @@ def test_the_gpt2_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_
     assert len((out / "results.jsonl").read_text().splitlines()) == len(rows) + 4  # + the floor's rows
 
 
+@pytest.mark.slow
 def test_the_gpt2_experiment_takes_the_comparisons_alibi_from_its_committed_rows(wt2_slice, tmp_path):
     """The comparison's ALiBi is shown from examples/wikitext2/results/comparison/results.jsonl:
     nothing trained or scored, each seed's rows relabelled; a seed it lacks is refused in one line."""
