@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
-from transformers.cache_utils import DynamicCache
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from fairseq_alibi.positions import METHODS, build_method  # bundled: dropped from the exported file
@@ -160,6 +160,98 @@ class OutputLayer(nn.Module):
         return torch.cat(bands, dim=-1)
 
 
+class SinkLayer(CacheLayerMixin):
+    """One layer's streaming cache (StreamingLLM): the keys and values of the text's first `sinks`
+    tokens and of its last `window` - 1, so that the next token sees sinks + window. Keys are kept
+    as computed (before any rotation): positions are re-assigned inside the cache at every step."""
+
+    is_sliding = True
+    is_croppable = False
+
+    def __init__(self, sinks, window):
+        super().__init__()
+        self.sinks, self.window, self.seen = sinks, window, 0  # seen: tokens of the text so far
+
+    def lazy_initialization(self, key_states, value_states):
+        self.keys, self.values = key_states[..., :0, :], value_states[..., :0, :]
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        """Every key and value the next T tokens see (the kept ones, then theirs); keeps for the
+        token after them the sinks and the last window - 1."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        keys, values = torch.cat([self.keys, key_states], -2), torch.cat([self.values, value_states], -2)
+        positions = torch.cat([kept_positions(self.seen, self.sinks, self.window, keys.device),
+                               torch.arange(self.seen, self.seen + key_states.size(-2), device=keys.device)])
+        self.seen += key_states.size(-2)
+        keep = (positions < self.sinks) | (positions > self.seen - self.window)
+        self.keys, self.values = keys[..., keep, :], values[..., keep, :]
+        return keys, values
+
+    def get_seq_length(self):
+        return self.seen  # the text's length: generate() counts positions by it
+
+    def get_mask_sizes(self, query_length):
+        return self.keys.size(-2) + query_length if self.is_initialized else query_length, 0
+
+    def get_max_length(self):
+        return self.sinks + self.window - 1
+
+
+def kept_positions(seen, sinks, window, device):
+    """The text positions a sink cache holds after `seen` tokens: the first sinks, the last window - 1."""
+    return torch.cat([torch.arange(min(sinks, seen), device=device),
+                      torch.arange(min(seen, max(sinks, seen - window + 1)), seen, device=device)])
+
+
+class SinkCache(Cache):
+    """StreamingLLM's cache (Xiao et al., ICLR 2024) for this model: the first `sinks` tokens and a
+    window of the last `window` (the current one included), every position counted inside the
+    cache (a query at slot min(i, sinks + window - 1), a window key at its distance from it in the
+    text, sink j at slot j), so that no position exceeds sinks + window - 1 however long the text.
+    Memory is bounded; each token is computed once. Build it with model.sink_cache(sinks, window)."""
+
+    def __init__(self, sinks, window, num_layers):
+        super().__init__(layers=[SinkLayer(sinks, window) for _ in range(num_layers)])
+
+    @property
+    def seen(self):
+        return self.layers[0].seen
+
+
+def sink_cache_problem(config, method, sinks, window):
+    """Why this model (its position method: None for position embeddings) cannot stream with a sink
+    cache of (sinks, window), or None."""
+    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+        return f"sinks must be a whole number >= 0, got {sinks!r}"
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        return f"window must be a whole number >= 1 (the current token included), got {window!r}"
+    if method is None:
+        return (f"{config.positions} position embeddings are added to the input, so they cannot be re-assigned "
+                "inside the cache: stream a model of a relative method (alibi, t5_bias, kerple, rotary, nope, ...)")
+    if method.layer_bias() is not None:
+        return (f"{method.label}'s bias depends on every token between key and query, which a sink cache drops: "
+                "stream a model of a position-only method")
+    return None
+
+
+def stream_attention(q, k, v, mask, rotary):
+    """Attention of T queries over the keys a sink cache gives them. mask (B or 1, heads or 1, T, K):
+    the bias in cache positions and -inf on the keys a query does not see. rotary: None, or
+    ((cos, sin) of the queries at their slot, of the queries at their text position - base, of the
+    keys, sink keys at their slot and window keys at text position - base; the sink keys' columns):
+    a query's scores against the sinks and against the window take its two rotations."""
+    if rotary is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
+    at_slot, at_text, keys_at, sink_columns = rotary
+    k = apply_rotary(k, *keys_at)
+    scores = torch.where(sink_columns, apply_rotary(q, *at_slot) @ k.transpose(-1, -2),
+                         apply_rotary(q, *at_text) @ k.transpose(-1, -2))
+    weights = (scores.float() / math.sqrt(q.size(-1)) + mask).softmax(-1)
+    return weights.to(v.dtype) @ v
+
+
 class SelfAttention(nn.Module):
     def __init__(self, config, layer_bias):
         super().__init__()
@@ -175,6 +267,9 @@ class SelfAttention(nn.Module):
         batch, length, _ = x.shape
         q, k, v = (proj(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
+        if isinstance(cache, SinkCache):  # keys kept unrotated: rotated at their slot in stream_attention
+            k, v = cache.update(k, v, layer)
+            return self.out_proj(stream_attention(q, k, v, mask, rotary).transpose(1, 2).reshape(batch, length, -1))
         if rotary is not None:  # keys are cached rotated, at their own positions
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if self.layer_bias is not None:
@@ -260,15 +355,7 @@ class Decoder(nn.Module):
     def positions(self):
         return self._modules[self.positions_name] if self.absolute is None else None
 
-    def forward(self, tokens, attention_mask, cache):
-        batch, length = tokens.shape
-        past = cache.get_seq_length() if cache is not None else 0
-        key_len = past + length
-        if attention_mask is None:
-            attention_mask = torch.ones(batch, key_len, dtype=torch.long, device=tokens.device)
-        # Each row's positions, from its first real token (padding: 0, and masked).
-        key_pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        query_pos = key_pos[:, -length:]
+    def embed(self, tokens, query_pos):
         x = self.embed_scale * self.embed_tokens(tokens)
         if self.project_in_dim is not None:
             x = self.project_in_dim(x)
@@ -281,7 +368,54 @@ class Decoder(nn.Module):
                 x = x + table[rows]
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
-        x = self.dropout(x)
+        return self.dropout(x)
+
+    def output(self, x):
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x
+
+    def stream(self, tokens, cache):
+        """The next T tokens of every row through a sink cache (SinkCache: positions inside the cache)."""
+        length = tokens.size(1)
+        sinks, window, seen = cache.layers[0].sinks, cache.layers[0].window, cache.seen
+        device = tokens.device
+        text = torch.arange(seen, seen + length, device=device)  # the queries' text positions
+        keys = torch.cat([kept_positions(seen, sinks, window, device), text])  # the keys' (kept, then new)
+        sink = keys < sinks
+        visible = (keys[None] <= text[:, None]) & (sink[None] | (keys[None] > text[:, None] - window))
+        slot = text.clamp(max=sinks + window - 1)  # each query's position in the cache
+        key_pos = torch.where(sink[None], keys[None], slot[:, None] - text[:, None] + keys[None])  # (T, K)
+        mask = torch.zeros(visible.shape, device=device).masked_fill(~visible, float("-inf"))[None, None]
+        method = self.positions
+        bias = method.bias(slot[:, None], key_pos)  # (heads, T, 1, K)
+        if bias is not None:
+            mask = mask + bias[:, :, 0][None]
+        rotary = None
+        if method.rotary(slot[:1]) is not None:  # window scores by text distance, from a base kept small
+            base = int(keys[~sink].min()) if (~sink).any() else 0
+            shaped = lambda angles: tuple(a[None, None] for a in angles)  # noqa: E731
+            rotary = (shaped(method.rotary(slot)), shaped(method.rotary(text - base)),
+                      shaped(method.rotary(torch.where(sink, keys, keys - base))), sink)
+        x = self.embed(tokens, None)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, None, rotary, cache, i)
+        return self.output(x)
+
+    def forward(self, tokens, attention_mask, cache):
+        if isinstance(cache, SinkCache):
+            return self.stream(tokens, cache)
+        batch, length = tokens.shape
+        past = cache.get_seq_length() if cache is not None else 0
+        key_len = past + length
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, key_len, dtype=torch.long, device=tokens.device)
+        # Each row's positions, from its first real token (padding: 0, and masked).
+        key_pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        query_pos = key_pos[:, -length:]
+        x = self.embed(tokens, query_pos)
 
         padded = attention_mask[:, :key_len] == 0
         padded = padded if padded.any() else None
@@ -300,11 +434,7 @@ class Decoder(nn.Module):
                 mask = fold_padding(mask, padded)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, padded, rotary, cache, i)
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        if self.project_out_dim is not None:
-            x = self.project_out_dim(x)
-        return x
+        return self.output(x)
 
 
 class FairseqAlibiForCausalLM(PreTrainedModel, GenerationMixin):
@@ -333,12 +463,22 @@ class FairseqAlibiForCausalLM(PreTrainedModel, GenerationMixin):
     def get_input_embeddings(self):
         return self.decoder.embed_tokens
 
+    def sink_cache(self, sinks, window):
+        """A StreamingLLM cache for this model (SinkCache): pass it as the cache (or generate()'s
+        past_key_values) to score or generate an endless text in bounded memory."""
+        problem = sink_cache_problem(self.config, self.decoder.positions, sinks, window)
+        if problem:
+            raise ValueError(problem)
+        return SinkCache(sinks, window, self.config.num_hidden_layers)
+
     def forward(self, input_ids=None, attention_mask=None, cache=None, use_cache=None, labels=None,
                 logits_to_keep=0, **kwargs):
         cache = cache if cache is not None else kwargs.pop("past_key_values", None)  # its name before 5.x's last ones
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
         if use_cache and cache is None:
             cache = DynamicCache()
+        if isinstance(cache, SinkCache) and attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError("a sink cache streams rows without padding: give rows of one length (attention_mask all 1)")
         x = self.decoder(input_ids, attention_mask, cache if use_cache else None)
         if logits_to_keep:
             x = x[:, -logits_to_keep:]

@@ -1,0 +1,139 @@
+"""Streaming with attention sinks (StreamingLLM) in the exported model class: the sink cache's
+chunked forward against a naive per-query reference written from the rule (query i sees the first
+S tokens and the last W; positions inside the cache), past several evictions."""
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from fairseq_alibi.hf.modeling_fairseq_alibi import FairseqAlibiConfig, FairseqAlibiForCausalLM  # noqa: E402
+from fairseq_alibi.rotary import apply_rotary  # noqa: E402
+
+STREAMED = ["alibi", "t5_bias", "kerple", "sandwich", "fire", "learned_alibi", "nope", "rotary"]
+
+
+def tiny(positions, seed=0):
+    torch.manual_seed(seed)
+    config = FairseqAlibiConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                intermediate_size=64, positions=positions, activation="gelu")
+    model = FairseqAlibiForCausalLM(config).eval()
+    with torch.no_grad():  # biases and layer norms away from their neutral start, so that every term counts
+        for name, parameter in model.named_parameters():
+            if name.endswith(".bias") or "norm" in name:
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    return model
+
+
+def reference(model, tokens, sinks, window):
+    """Log-probabilities of every token, query by query: query i attends to keys j <= i with j < sinks
+    or j > i - window, the query at slot min(i, sinks + window - 1), sink j at j, a window key at
+    slot - (i - j); biases and rotations taken from the method at those positions."""
+    decoder, method = model.decoder, model.decoder.positions
+    x = decoder.embed(tokens, None)
+    length = tokens.size(1)
+    for layer in decoder.layers:
+        attention = layer.self_attn
+        h = layer.self_attn_layer_norm(x)
+        shape = lambda t: t.view(*t.shape[:2], attention.heads, attention.head_dim).transpose(1, 2)  # noqa: E731
+        q, k, v = shape(attention.q_proj(h)), shape(attention.k_proj(h)), shape(attention.v_proj(h))
+        rows = []
+        for i in range(length):
+            seen = [j for j in range(i + 1) if j < sinks or j > i - window]
+            slot = min(i, sinks + window - 1)
+            key_pos = torch.tensor([j if j < sinks else slot - (i - j) for j in seen])
+            qi, ki, vi = q[:, :, i:i + 1], k[:, :, seen], v[:, :, seen]
+            if method.rotary(key_pos) is not None:
+                qi = apply_rotary(qi, *method.rotary(torch.tensor([slot])))
+                ki = apply_rotary(ki, *method.rotary(key_pos))
+            scores = qi @ ki.transpose(-1, -2) / math.sqrt(attention.head_dim)
+            bias = method.bias(torch.tensor([slot]), key_pos)
+            if bias is not None:
+                scores = scores + bias[None]
+            rows.append(scores.softmax(-1) @ vi)
+        out = torch.cat(rows, dim=2).transpose(1, 2).reshape(*x.shape)
+        x = x + attention.out_proj(out)
+        x = x + layer.fc2(layer.activation(layer.fc1(layer.final_layer_norm(x))))
+    return model.output_layer(decoder.output(x)).log_softmax(-1)
+
+
+def streamed(model, tokens, sinks, window, chunks):
+    cache, out, start = model.sink_cache(sinks, window), [], 0
+    for size in chunks:
+        out.append(model(tokens[:, start:start + size], cache=cache).logits.log_softmax(-1))
+        start += size
+    assert start == tokens.size(1)
+    return torch.cat(out, dim=1), cache
+
+
+@pytest.mark.parametrize("positions", STREAMED)
+def test_the_sink_cache_streams_what_the_rule_computes_past_several_evictions(positions):
+    """S=2, W=6 over 41 tokens fed in chunks of 1 to 9: every token's log-probabilities equal the
+    naive reference's (fp32), the cache never holds more than S + W - 1 keys."""
+    model = tiny(positions)
+    tokens = torch.randint(4, 40, (2, 41), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got, cache = streamed(model, tokens, 2, 6, [1, 3, 9, 1, 1, 5, 7, 2, 4, 8])
+        want = reference(model, tokens, 2, 6)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
+    assert all(layer.keys.size(-2) == 2 + 6 - 1 for layer in cache.layers) and cache.seen == 41
+
+
+@pytest.mark.parametrize("positions", ["alibi", "rotary"])
+def test_no_sinks_is_the_plain_window_and_a_cache_longer_than_the_text_is_the_full_forward(positions):
+    model = tiny(positions)
+    tokens = torch.randint(4, 40, (1, 30), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        window, _ = streamed(model, tokens, 0, 5, [4, 1, 11, 14])
+        torch.testing.assert_close(window, reference(model, tokens, 0, 5), rtol=1e-5, atol=2e-5)
+        whole, _ = streamed(model, tokens, 4, 40, [7, 23])  # nothing evicted: positions are the text's
+        full = model(tokens, use_cache=False).logits.log_softmax(-1)
+    torch.testing.assert_close(whole, full, rtol=1e-5, atol=2e-5)
+
+
+def test_a_batch_streams_as_each_row_alone():
+    model = tiny("alibi")
+    tokens = torch.randint(4, 40, (3, 25), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        batch, _ = streamed(model, tokens, 1, 4, [5, 1, 19])
+        for row in range(3):
+            alone, _ = streamed(model, tokens[row:row + 1], 1, 4, [2, 23])
+            torch.testing.assert_close(batch[row:row + 1], alone, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("positions", ["alibi", "rotary"])
+def test_generate_with_a_sink_cache_is_greedy_decoding_under_the_rule(positions):
+    """generate() with the sink cache as past_key_values, 24 tokens past a prompt of 6 with S=1, W=5:
+    each token is the argmax of the reference over the text so far."""
+    model = tiny(positions)
+    prompt = torch.randint(4, 40, (1, 6), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        got = model.generate(prompt, past_key_values=model.sink_cache(1, 5), max_new_tokens=24, do_sample=False,
+                             pad_token_id=1)
+        text = prompt
+        for _ in range(24):
+            text = torch.cat([text, reference(model, text, 1, 5)[:, -1:].argmax(-1)], dim=1)
+    assert got.tolist() == text.tolist()
+
+
+@pytest.mark.parametrize("sinks, window, positions, message", [
+    (-1, 4, "alibi", "sinks must be a whole number >= 0"),
+    (2, 0, "alibi", "window must be a whole number >= 1"),
+    (2, 2.5, "alibi", "window must be a whole number >= 1"),
+    (2, 4, "sinusoidal", "sinusoidal position embeddings are added to the input"),
+    (2, 4, "fox", "depends on every token between key and query"),
+])
+def test_bad_sink_caches_are_refused_in_one_line(sinks, window, positions, message):
+    model = tiny(positions) if positions != "sinusoidal" else FairseqAlibiForCausalLM(FairseqAlibiConfig(
+        positions="sinusoidal", max_positions=64))
+    with pytest.raises(ValueError, match=message) as error:
+        model.sink_cache(sinks, window)
+    assert "\n" not in str(error.value)
+
+
+def test_padded_rows_are_refused_by_the_sink_cache():
+    model = tiny("alibi")
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    with pytest.raises(ValueError, match="streams rows without padding"):
+        model(torch.full((2, 3), 5), attention_mask=mask, cache=model.sink_cache(1, 4))
