@@ -137,3 +137,42 @@ def test_padded_rows_are_refused_by_the_sink_cache():
     mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
     with pytest.raises(ValueError, match="streams rows without padding"):
         model(torch.full((2, 3), 5), attention_mask=mask, cache=model.sink_cache(1, 4))
+
+
+@pytest.mark.slow
+def test_stream_eval_scores_the_stream_as_the_rule_does(toy_checkpoint, wt2_slice, tmp_path):
+    """scripts/stream_eval.py on the toy ALiBi checkpoint (2 layers, trained at L=32) over the first 240
+    tokens of the slice's validation stream (behind </s>): for S = 0 and 4 in a cache of 16, fed 5 at a
+    time, its perplexity is the naive per-query reference's on the exported model. (With more than one
+    layer, S = 0 is not the sliding-window recomputation: a cached token keeps the hidden states it had
+    when it came, which the recomputation rebuilds in each window.)"""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO, run
+    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.hf.export import hf_model_of
+    from fairseq_alibi_lab.stream_eval import stream_tokens
+
+    out = tmp_path / "stream.jsonl"
+    printed = run([sys.executable, "scripts/stream_eval.py", toy_checkpoint, wt2_slice, str(out), "--cache", "16",
+                   "--sinks", "0", "4", "--chunk", "5", "--limit", "240", "--label", "toy"])
+    assert "sinks 0 + window 16" in printed and "sinks 4 + window 12" in printed
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["sinks"], r["window"], r["chunk"], r["tokens"]) for r in rows] == [(0, 16, 5, 240), (4, 12, 5, 240)]
+    assert all(r["keys_held"] == 16 - 1 + 5 and r["label"] == "toy" and r["train_length"] == 32 for r in rows)
+    model, _, task = load_checkpoint(toy_checkpoint, wt2_slice, kind="causal LM")
+    hf = hf_model_of(model, task.source_dictionary, {}).eval()
+    inputs, targets = stream_tokens(wt2_slice, "valid", task.source_dictionary, 240)
+    assert inputs[0] == task.source_dictionary.eos() and inputs[1:].tolist() == targets[:-1].tolist()
+    for row in rows:
+        with torch.no_grad():
+            log_probs = reference(hf, inputs[None], row["sinks"], row["window"])[0]
+        loss = -log_probs.gather(-1, targets[:, None]).sum().item() / len(targets) / math.log(2)
+        assert row["loss_base2"] == pytest.approx(loss, rel=1e-5)
+    assert rows[0]["perplexity"] != pytest.approx(rows[1]["perplexity"], rel=1e-4)  # the sinks count
+    refused = subprocess.run([sys.executable, "scripts/stream_eval.py", toy_checkpoint, wt2_slice, str(out), "--cache", "8",
+                              "--sinks", "8"], cwd=REPO, capture_output=True, text=True)
+    assert refused.returncode == 2 and "each must be at least 0 and below --cache 8" in refused.stderr.splitlines()[-1]
+    assert len(out.read_text().splitlines()) == 2

@@ -1,0 +1,116 @@
+"""Score one long text through a sink cache (StreamingLLM): every token once, memory bounded by the
+cache, not by the text.
+
+    python scripts/stream_eval.py CHECKPOINT DATA OUT.jsonl --cache 64 --sinks 0 1 4 [--split valid]
+                                  [--chunk N] [--limit TOKENS] [--label NAME]
+
+The checkpoint's model runs as the exported class (fairseq_alibi/hf: the same weights, fp32), the
+split's binarized lines as one stream (each line ends in </s>; the first token is conditioned on
+</s>, as fairseq-eval-lm conditions it), fed CHUNK tokens at a time (default: the window) through
+model.sink_cache(S, CACHE - S) for each S: the first S tokens and the last CACHE - S, every position
+inside the cache, so no position exceeds CACHE - 1 (CACHE = the training length keeps the model in
+the positions it trained on). With S = 0 and a relative method this is the sliding-window
+recomputation (scripts/eval.sh STRIDE 1 at L_valid = CACHE) computed once per token. One JSON line
+per S is appended to OUT: perplexity, tokens, tokens/s, the cache, the keys held at most, provenance.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def stream_tokens(data, split, dictionary, limit=None):
+    """(inputs, targets): the split's tokens as one stream, the inputs shifted by one behind </s>."""
+    import torch
+    from fairseq.data import data_utils
+
+    dataset = data_utils.load_indexed_dataset(os.path.join(data, split), dictionary)
+    if dataset is None:
+        raise SystemExit(f"error: no binarized {split} split in {data}: run scripts/prepare-wikitext.sh first")
+    targets = torch.cat([dataset[i] for i in range(len(dataset))])
+    if limit:
+        targets = targets[:limit]
+    return torch.cat([targets.new_tensor([dictionary.eos()]), targets[:-1]]), targets
+
+
+def stream_score(model, inputs, targets, sinks, window, chunk):
+    """(summed natural-log loss, the keys held at most) of targets, inputs fed chunk by chunk."""
+    import torch
+
+    cache, loss, held = model.sink_cache(sinks, window), 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(inputs), chunk):
+            logits = model(inputs[None, start:start + chunk], cache=cache).logits[0].float()
+            loss -= logits.log_softmax(-1).gather(-1, targets[start:start + chunk, None]).sum().item()
+            held = max(held, cache.layers[0].keys.size(-2) + min(chunk, len(inputs) - start))
+    return loss, held
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint")
+    p.add_argument("data", help="the binarized data directory (its dict.txt is the checkpoint's)")
+    p.add_argument("out", help="a JSON-lines file the rows are appended to")
+    p.add_argument("--cache", type=int, required=True, help="key slots: sinks + window (e.g. the training length)")
+    p.add_argument("--sinks", type=int, nargs="+", default=[0, 1, 4], help="sink tokens, one row each")
+    p.add_argument("--chunk", type=int, help="tokens fed at once (default: the window); memory grows with it")
+    p.add_argument("--split", default="valid")
+    p.add_argument("--limit", type=int, help="score only the stream's first LIMIT tokens")
+    p.add_argument("--label", default="", help="the row's name in tables (default: the method)")
+    args = p.parse_args(argv)
+    for name in ("cache", "chunk", "limit"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            p.error(f"--{name} must be a positive whole number, got {value}")
+    for sinks in args.sinks:
+        if not 0 <= sinks < args.cache:
+            p.error(f"--sinks {sinks}: each must be at least 0 and below --cache {args.cache} (the window needs a slot)")
+    if not args.out.endswith(".jsonl"):
+        p.error(f"{args.out} must be a .jsonl file (rows are appended to it)")
+
+    import torch
+
+    from fairseq_alibi import provenance
+    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.checkpoints import field, model_and_task, read_state
+    from fairseq_alibi.files import append_lines
+    from fairseq_alibi.hf.export import hf_model_of
+
+    model, cfg, task = load_checkpoint(args.checkpoint, args.data, kind="causal LM")
+    hf = hf_model_of(model, task.source_dictionary, {}).eval()
+    problem = next((why for why in [_problem(hf, s, args.cache - s) for s in args.sinks] if why), None)
+    if problem:
+        raise SystemExit(f"error: {args.checkpoint}: {problem}")
+    state = read_state(args.checkpoint)
+    model_cfg, task_cfg = model_and_task(state)
+    inputs, targets = stream_tokens(args.data, args.split, task.source_dictionary, args.limit)
+    for sinks in args.sinks:
+        window = args.cache - sinks
+        started = time.perf_counter()
+        loss, held = stream_score(hf, inputs, targets, sinks, window, args.chunk or window)
+        wall = time.perf_counter() - started
+        loss_base2 = loss / len(targets) / math.log(2)
+        row = {"label": args.label or None, "model": field(model_cfg, "_name"), "checkpoint": args.checkpoint,
+               "train_length": field(task_cfg, "tokens_per_sample"), "seed": (cfg.common or {}).get("seed"),
+               "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"), "split": args.split,
+               "scoring": "streaming", "cache": args.cache, "sinks": sinks, "window": window,
+               "chunk": args.chunk or window, "keys_held": held, "tokens": len(targets), "loss_base2": loss_base2,
+               "perplexity": 2 ** loss_base2, "wall_s": round(wall, 2), "tokens_per_s": round(len(targets) / wall, 1),
+               "threads": torch.get_num_threads(), "commit": provenance.commit(), "machine": provenance.machine()}
+        append_lines(args.out, [json.dumps(row)])
+        print(f"{args.label or row['model']}: sinks {sinks} + window {window}: perplexity {row['perplexity']:.2f} "
+              f"on {len(targets)} tokens ({row['tokens_per_s']:.0f} tokens/s, at most {held} keys)", flush=True)
+
+
+def _problem(hf, sinks, window):
+    from fairseq_alibi.hf.modeling_fairseq_alibi import sink_cache_problem
+
+    return sink_cache_problem(hf.config, hf.decoder.positions, sinks, window)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
