@@ -1,0 +1,219 @@
+"""Retrieval past the training length: passkey, multi-key needle and key-value lookup in WikiText-2
+(the field's passkey of Mohtashami & Jaggi 2023 and RULER's needles, Hsieh et al. 2024, at word
+level), generated deterministically from a seed.
+
+    python -m fairseq_alibi_lab.retrieval make OUT_DIR --source ../shared/data/wikitext-2 [--length 64]
+        [--fraction 0.1] [--seed 1] [--examples 20]
+    python -m fairseq_alibi_lab.retrieval score CHECKPOINT DATA OUT_DIR/test.jsonl OUT.jsonl [--label NAME]
+
+make writes OUT_DIR/text/wiki.{train,valid,test}.tokens: WikiText-2 with retrieval examples of at
+most L tokens (prompt and answer, filler from the training split) inserted as lines among the
+training lines until they are `fraction` of its tokens, valid and test unchanged (so the
+language-modelling perplexity of the same models shows the mixture's cost); and OUT_DIR/test.jsonl,
+`examples` prompts for each task, length L..16L and depth 0, 25, 50, 75, 100% (the needle's place in
+the filler), filler from the validation split. A key is two number words (00-99 each: chance is
+1 in 10^4); training keys have an even digit sum, test keys an odd one, so no test answer was seen
+in training. Binarize the text with WikiText-2's own dictionary (scripts/prepare-wikitext.sh
+--srcdict), so models and checkpoints of the usual data read it.
+
+score greedily decodes each prompt's answer (behind fairseq's </s>, as a text starts) with the
+checkpoint as the exported class and appends one row per (task, length, depth): exact matches of
+the whole key, the count, the accuracy, provenance.
+"""
+import argparse
+import json
+import os
+import random
+import sys
+
+TASKS = ("passkey", "multikey", "kvlookup")
+DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+MULTIPLES = (1, 2, 4, 8, 16)
+NAMES = ("red", "blue", "green", "yellow", "black", "white", "brown", "grey", "silver", "gold")  # multikey's keys
+
+
+def key(rng, parity):
+    """Two number words whose digit sum has this parity (0: training, 1: test)."""
+    while True:
+        a, b = rng.randrange(100), rng.randrange(100)
+        if sum(map(int, f"{a:02d}{b:02d}")) % 2 == parity:
+            return [str(a), str(b)]
+
+
+def needle_and_question(task, rng, parity):
+    """(needles: word lists, which of them is asked, the question's words, the answer's words)."""
+    if task == "passkey":
+        answer = key(rng, parity)
+        return [["the", "pass", "key", "is", *answer, ".", "remember", "it", "."]], 0, \
+            ["what", "is", "the", "pass", "key", "?", "the", "pass", "key", "is"], answer
+    if task == "multikey":
+        names, keys = rng.sample(NAMES, 3), [key(rng, parity) for _ in range(3)]
+        asked = rng.randrange(3)
+        return [["the", "key", "for", name, "is", *k, "."] for name, k in zip(names, keys)], asked, \
+            ["what", "is", "the", "key", "for", names[asked], "?", "the", "key", "for", names[asked], "is"], keys[asked]
+    if task == "kvlookup":  # 4 pairs, the asked one placed by depth like a needle
+        pairs, seen = [], set()
+        while len(pairs) < 4:
+            k = key(rng, parity)
+            if tuple(k) not in seen:
+                seen.add(tuple(k))
+                pairs.append((k, key(rng, parity)))
+        asked = rng.randrange(4)
+        return [[*k, ":", *v, "."] for k, v in pairs], asked, ["look", "up", *pairs[asked][0], ":"], pairs[asked][1]
+    raise ValueError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
+
+
+def shortest(task):
+    """The fewest words an example of task takes (its needles, question and answer, no filler)."""
+    needles, _, question, answer = needle_and_question(task, random.Random(0), 0)
+    return sum(map(len, needles)) + len(question) + len(answer)
+
+
+def example(task, rng, filler, length, depth, parity):
+    """(prompt words, answer words): `length` words in all (prompt + answer), the asked needle after
+    depth x the filler, the other needles at random places; filler from a random offset of `filler`."""
+    needles, asked, question, answer = needle_and_question(task, rng, parity)
+    fill = length - sum(map(len, needles)) - len(question) - len(answer)
+    if fill < 0:
+        raise ValueError(f"{task} needs at least {length - fill} words, asked for {length}")
+    start = rng.randrange(len(filler) - fill)
+    words = filler[start:start + fill]
+    places = [round(depth * fill) if i == asked else rng.randrange(fill + 1) for i in range(len(needles))]
+    for place, needle in sorted(zip(places, needles), key=lambda pair: -pair[0]):  # from the back: places hold
+        words = words[:place] + needle + words[place:]
+    return words + question, answer
+
+
+def read_words(path):
+    """A WikiText file's words, its line ends as fairseq reads them (each line ends in </s>)."""
+    words = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            words.extend(line.split())
+            words.append("</s>")
+    return words
+
+
+def make(out, source, length, fraction, seed, examples):
+    from fairseq_alibi.files import folder_written_whole, new_folder_problem
+
+    problem = new_folder_problem(out)
+    if problem:
+        raise SystemExit(f"error: {problem}")
+    train_path, valid_path = (os.path.join(source, f"wiki.{split}.tokens") for split in ("train", "valid"))
+    for path in (train_path, valid_path):
+        if not os.path.isfile(path):
+            raise SystemExit(f"error: no {path}: give --source the raw WikiText-2 directory")
+    rng = random.Random(seed)
+    with open(train_path, encoding="utf-8") as f:
+        lines = f.readlines()
+    train_filler = [w for w in read_words(train_path) if w != "</s>"]
+    total = sum(len(line.split()) + 1 for line in lines)
+    inserted, added = [], 0
+    while added < fraction / (1 - fraction) * total:  # examples are `fraction` of the mixed text
+        task = TASKS[len(inserted) % len(TASKS)]
+        prompt, answer = example(task, rng, train_filler, rng.randrange(shortest(task), length + 1), rng.random(), 0)
+        inserted.append(" " + " ".join(prompt + answer) + " \n")
+        added += len(prompt) + len(answer) + 1
+    places = sorted(rng.randrange(len(lines) + 1) for _ in inserted)
+    mixed, previous = [], 0
+    for place, line in zip(places, inserted):
+        mixed.extend(lines[previous:place])
+        mixed.append(line)
+        previous = place
+    mixed.extend(lines[previous:])
+    valid_filler = [w for w in read_words(valid_path) if w != "</s>"]
+    tests = []
+    for task in TASKS:
+        for multiple in MULTIPLES:
+            for depth in DEPTHS:
+                for _ in range(examples):
+                    prompt, answer = example(task, rng, valid_filler, multiple * length, depth, 1)
+                    tests.append({"task": task, "length": multiple * length, "depth": depth,
+                                  "prompt": " ".join(prompt), "answer": " ".join(answer)})
+    with folder_written_whole(out) as partial:
+        os.makedirs(os.path.join(partial, "text"))
+        with open(os.path.join(partial, "text", "wiki.train.tokens"), "w", encoding="utf-8") as f:
+            f.writelines(mixed)
+        for split in ("valid", "test"):
+            with open(os.path.join(source, f"wiki.{split}.tokens"), encoding="utf-8") as f, \
+                    open(os.path.join(partial, "text", f"wiki.{split}.tokens"), "w", encoding="utf-8") as g:
+                g.write(f.read())
+        with open(os.path.join(partial, "test.jsonl"), "w") as f:
+            f.writelines(json.dumps(t) + "\n" for t in tests)
+        with open(os.path.join(partial, "made.json"), "w") as f:
+            json.dump({"length": length, "fraction": fraction, "seed": seed, "examples": examples,
+                       "inserted": len(inserted), "inserted_words": added, "train_words": total}, f)
+    print(f"{out}: {len(inserted)} retrieval examples ({added} words, {added / (added + total):.1%} of the training "
+          f"text), {len(tests)} test prompts")
+
+
+def score(checkpoint, data, tests_path, out, label=""):
+    import torch
+
+    from fairseq_alibi import provenance
+    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.checkpoints import field, model_and_task, read_state
+    from fairseq_alibi.files import append_lines
+    from fairseq_alibi.hf.export import hf_model_of
+
+    model, cfg, task = load_checkpoint(checkpoint, data, kind="causal LM")
+    dictionary = task.source_dictionary
+    hf = hf_model_of(model, dictionary, {}).eval()
+    with open(tests_path) as f:
+        tests = [json.loads(line) for line in f if line.strip()]
+    groups = {}
+    for t in tests:
+        groups.setdefault((t["task"], t["length"], t["depth"]), []).append(t)
+    state = read_state(checkpoint)
+    model_cfg, task_cfg = model_and_task(state)
+    rows = []
+    for (name, length, depth), group in groups.items():
+        prompts = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()] for t in group])
+        answers = [[dictionary.index(w) for w in t["answer"].split()] for t in group]
+        with torch.no_grad():
+            out_ids = hf.generate(prompts, max_new_tokens=len(answers[0]), do_sample=False, pad_token_id=dictionary.pad())
+        correct = sum(out_ids[i, prompts.size(1):].tolist() == answers[i] for i in range(len(group)))
+        rows.append({"label": label or None, "model": field(model_cfg, "_name"), "checkpoint": checkpoint,
+                     "train_length": field(task_cfg, "tokens_per_sample"), "seed": (cfg.common or {}).get("seed"),
+                     "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"), "task": name,
+                     "length": length, "depth": depth, "n": len(group), "correct": correct,
+                     "accuracy": correct / len(group), "commit": provenance.commit(), "machine": provenance.machine()})
+        print(f"{label or rows[-1]['model']}: {name} at {length} tokens, depth {depth:.0%}: {correct}/{len(group)}", flush=True)
+    append_lines(out, [json.dumps(r) for r in rows])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("make", help="the mixed training text and the test prompts")
+    m.add_argument("out")
+    m.add_argument("--source", required=True, help="the raw WikiText-2 directory (wiki.*.tokens)")
+    m.add_argument("--length", type=int, default=64, help="the training length L")
+    m.add_argument("--fraction", type=float, default=0.1, help="the share of the training text that is retrieval examples")
+    m.add_argument("--seed", type=int, default=1)
+    m.add_argument("--examples", type=int, default=20, help="test prompts per task, length and depth")
+    s = sub.add_parser("score", help="exact-match accuracy of a checkpoint on test prompts")
+    s.add_argument("checkpoint")
+    s.add_argument("data", help="the binarized data (its dict.txt is the checkpoint's)")
+    s.add_argument("tests", help="make's test.jsonl")
+    s.add_argument("out", help="a JSON-lines file the rows are appended to")
+    s.add_argument("--label", default="")
+    args = p.parse_args(argv)
+    if args.command == "make":
+        need = max(map(shortest, TASKS))
+        if args.length < need:
+            p.error(f"--length {args.length}: the tasks need at least {need} words (multikey's needles and question)")
+        if not 0 < args.fraction < 1:
+            p.error(f"--fraction must be between 0 and 1, got {args.fraction}")
+        if args.examples < 1:
+            p.error(f"--examples must be at least 1, got {args.examples}")
+        make(args.out, args.source, args.length, args.fraction, args.seed, args.examples)
+    else:
+        if not args.out.endswith(".jsonl"):
+            p.error(f"{args.out} must be a .jsonl file (rows are appended to it)")
+        score(args.checkpoint, args.data, args.tests, args.out, args.label)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The retrieval tasks (fairseq_alibi_lab/retrieval.py): made deterministically, test keys never seen
+in training, prompts of the asked length with the needle where the depth puts it; scored by greedy
+decoding as fairseq's own model decodes."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, find_wikitext2, run
+
+from fairseq_alibi_lab.retrieval import TASKS, example, key, read_words, shortest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """The first lines of each raw WikiText-2 split, under their own names."""
+    root = tmp_path_factory.mktemp("wikitext-2-head")
+    for split, lines in [("train", 2000), ("valid", 300), ("test", 50)]:
+        with open(os.path.join(find_wikitext2(), f"wiki.{split}.tokens"), encoding="utf-8") as f:
+            (root / f"wiki.{split}.tokens").write_text("".join(next(f) for _ in range(lines)), encoding="utf-8")
+    return root
+
+
+def make(source, out, *flags):
+    return run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "make", str(out), "--source", str(source),
+                "--length", "48", "--examples", "2", *flags])
+
+
+def test_make_is_deterministic_and_mixes_the_asked_share(source, tmp_path):
+    printed = make(source, tmp_path / "a")
+    make(source, tmp_path / "b")
+    make(source, tmp_path / "c", "--seed", "2")
+    for name in ("text/wiki.train.tokens", "test.jsonl"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+        assert (tmp_path / "a" / name).read_bytes() != (tmp_path / "c" / name).read_bytes()
+    made = json.loads((tmp_path / "a" / "made.json").read_text())
+    share = made["inserted_words"] / (made["inserted_words"] + made["train_words"])
+    assert 0.1 <= share < 0.1 + 48 / made["train_words"] and "retrieval examples" in printed
+    original = (source / "wiki.train.tokens").read_text(encoding="utf-8").splitlines(keepends=True)
+    mixed = (tmp_path / "a" / "text" / "wiki.train.tokens").read_text(encoding="utf-8").splitlines(keepends=True)
+    it = iter(mixed)  # the original lines, in order, with the examples among them
+    assert all(line in it for line in original) and len(mixed) == len(original) + made["inserted"]
+    for split in ("valid", "test"):
+        assert (tmp_path / "a" / "text" / f"wiki.{split}.tokens").read_bytes() == (source / f"wiki.{split}.tokens").read_bytes()
+
+
+def test_test_keys_never_appear_as_answers_in_training(source, tmp_path):
+    make(source, tmp_path / "a")
+    tests = [json.loads(line) for line in (tmp_path / "a" / "test.jsonl").read_text().splitlines()]
+    assert {(t["task"], t["length"], t["depth"]) for t in tests} == {
+        (task, 48 * m, d) for task in TASKS for m in (1, 2, 4, 8, 16) for d in (0.0, 0.25, 0.5, 0.75, 1.0)}
+    trained = set()
+    for line in (tmp_path / "a" / "text" / "wiki.train.tokens").read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        if words[-3:-2] in (["is"], [":"]) and all(w.isdigit() for w in words[-2:]):  # an example's answer
+            trained.add(tuple(words[-2:]))
+    assert len(trained) > 20
+    assert not trained & {tuple(t["answer"].split()) for t in tests}
+    assert all(sum(map(int, f"{int(a):02d}{int(b):02d}")) % 2 == 1 for a, b in (t["answer"].split() for t in tests))
+
+
+def test_examples_have_the_asked_length_and_the_needle_at_its_depth(source):
+    import random
+
+    filler = [w for w in read_words(str(source / "wiki.valid.tokens")) if w != "</s>"]
+    for task in TASKS:
+        places = []
+        for depth in (0.0, 0.5, 1.0):
+            prompt, answer = example(task, random.Random(7), filler, 200, depth, 1)
+            assert len(prompt) + len(answer) == 200
+            text = " ".join(prompt)
+            needle = {"passkey": "the pass key is", "multikey": f"the key for {prompt[-2]} is",
+                      "kvlookup": " ".join(prompt[-3:])}[task]
+            places.append(text.index(needle + " " + " ".join(answer)))
+        assert places == sorted(places) and places[0] < places[-1], task
+        with pytest.raises(ValueError, match="needs at least"):
+            example(task, random.Random(0), filler, shortest(task) - 1, 0.5, 1)
+    rng = random.Random(3)
+    assert all(sum(map(int, f"{int(a):02d}{int(b):02d}")) % 2 == p for p in (0, 1) for a, b in (key(rng, p) for _ in range(50)))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--length", "20"], "the tasks need at least 38 words"),
+    (["--fraction", "1.5"], "--fraction must be between 0 and 1"),
+    (["--examples", "0"], "--examples must be at least 1"),
+])
+def test_bad_make_options_are_refused_in_one_line(source, tmp_path, flags, message):
+    proc = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "make", str(tmp_path / "o"), "--source",
+                           str(source), *flags], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and message in proc.stderr.splitlines()[-1] and not (tmp_path / "o").exists()
+
+
+def test_make_refuses_a_folder_that_holds_something(source, tmp_path):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "mine.txt").write_text("keep")
+    proc = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "make", str(tmp_path / "o"), "--source",
+                           str(source)], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and (tmp_path / "o" / "mine.txt").read_text() == "keep"
+
+
+@pytest.mark.slow
+def test_score_is_greedy_decoding_of_fairseqs_model(toy_checkpoint, wt2_slice, source, tmp_path):
+    """Scored on the toy ALiBi checkpoint: one row per (task, length, depth); each example's decoded key
+    is the argmax of fairseq's own forward, token by token, behind </s>."""
+    import torch
+
+    from fairseq_alibi.build import load_checkpoint
+
+    make(source, tmp_path / "made", "--length", "40")
+    tests = [json.loads(line) for line in (tmp_path / "made" / "test.jsonl").read_text().splitlines()]
+    small = [t for t in tests if t["length"] <= 80 and t["depth"] in (0.0, 1.0)]
+    (tmp_path / "small.jsonl").write_text("".join(json.dumps(t) + "\n" for t in small))
+    out = tmp_path / "rows.jsonl"
+    run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "score", toy_checkpoint, wt2_slice, str(tmp_path / "small.jsonl"),
+         str(out), "--label", "toy"])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["task"], r["length"], r["depth"], r["n"]) for r in rows) == sorted(
+        (task, length, depth, 2) for task in TASKS for length in (40, 80) for depth in (0.0, 1.0))
+    model, _, task = load_checkpoint(toy_checkpoint, wt2_slice, kind="causal LM")
+    dictionary = task.source_dictionary
+    for row in rows:
+        correct = 0
+        for t in (t for t in small if (t["task"], t["length"], t["depth"]) == (row["task"], row["length"], row["depth"])):
+            ids = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]])
+            answer = [dictionary.index(w) for w in t["answer"].split()]
+            with torch.no_grad():
+                for _ in answer:
+                    ids = torch.cat([ids, model(ids)[0][:, -1:].argmax(-1)], dim=1)
+            correct += ids[0, -len(answer):].tolist() == answer
+        assert row["correct"] == correct and row["accuracy"] == correct / row["n"] and row["label"] == "toy"
