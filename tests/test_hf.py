@@ -483,7 +483,8 @@ def test_the_gpt2_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_
     run([sys.executable, os.path.join(REPO, "examples", "wikitext2", "gpt2_standin.py"), wt2_slice,
          str(checkpoints / "gpt2-standin-L16-s1"), *toy])
     flags = ["--decoder-layers", "1", "--decoder-embed-dim", "16", "--decoder-input-dim", "16", "--decoder-output-dim", "16",
-             "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--max-tokens", "64"]
+             "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--max-tokens", "64",
+             "--disable-validation"]  # fairseq-train's end-of-run validation: minutes at this batch size
     models = ["gpt-2-imported", "gpt-2-continued", "gpt-2-alibi-converted", "gpt-2-alibi-recovered",
               "gpt-2-alibi-recovered-with-distillation"]
     command = [sys.executable, "scripts/experiment.py", "gpt2-alibi", "--data", wt2_slice, "--train-length", "16",
