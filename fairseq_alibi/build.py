@@ -21,8 +21,9 @@ def build_model(arch, vocab_size, flags=(), task="language_modeling"):
     return models.build_model(cfg.model, task), dictionary
 
 
-def load_checkpoint(path, data, kind=None):
-    """(model in eval mode, cfg, task) of a fairseq checkpoint, its task's data at `data`; a file
+def load_checkpoint(path, data, kind=None, overrides=None):
+    """(model in eval mode, cfg, task) of a fairseq checkpoint, its task's data at `data` (and the
+    model options `overrides` sets, as --model-overrides does); a file
     that is not one, one trained on another dictionary than data's, or (kind: a checkpoints.KINDS
     value) one of another kind, stops with one line naming it and the tool that takes it (the
     evaluation scripts)."""
@@ -46,7 +47,8 @@ def load_checkpoint(path, data, kind=None):
         raise SystemExit(f"error: {other_dictionary}")
 
     try:
-        (model,), cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
+        (model,), cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+            [path], arg_overrides={"data": data, **(overrides or {})})
     except (RuntimeError, KeyError, EOFError, ValueError, OSError, pickle.UnpicklingError) as error:
         first_line = str(error).splitlines()[0] if str(error) else ""
         raise SystemExit(f"error: {path} could not be loaded as a fairseq checkpoint with its data at "

@@ -148,39 +148,203 @@ def make(out, source, length, fraction, seed, examples):
           f"text), {len(tests)} test prompts")
 
 
-def score(checkpoint, data, tests_path, out, label=""):
+def group_key(row):
+    """What one scored group is (a results row of score() is found by it)."""
+    return (row.get("label"), row["checkpoint"], row.get("updates"), row.get("scaling", "none"), row["task"],
+            row["length"], row["depth"])
+
+
+def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengths=None):
+    """Append to `out` a row per (scaling, task, length, depth) it lacks for this checkpoint: a
+    scaling (ALiBi's or rotary's, as scripts/eval.sh applies them, factor length / L) is scored past
+    the training length only."""
     import torch
 
     from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint
     from fairseq_alibi.checkpoints import field, model_and_task, read_state
-    from fairseq_alibi.files import append_lines
+    from fairseq_alibi.files import append_lines, read_rows
     from fairseq_alibi.hf.export import hf_model_of
 
-    model, cfg, task = load_checkpoint(checkpoint, data, kind="causal LM")
-    dictionary = task.source_dictionary
-    hf = hf_model_of(model, dictionary, {}).eval()
+    state = read_state(checkpoint)
+    model_cfg, task_cfg = model_and_task(state)
+    train_length = field(task_cfg, "tokens_per_sample")
+    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates")
+    method = str(field(model_cfg, "_name")).split("_transformer_lm")[0]
     with open(tests_path) as f:
         tests = [json.loads(line) for line in f if line.strip()]
     groups = {}
     for t in tests:
-        groups.setdefault((t["task"], t["length"], t["depth"]), []).append(t)
-    state = read_state(checkpoint)
-    model_cfg, task_cfg = model_and_task(state)
-    rows = []
-    for (name, length, depth), group in groups.items():
-        prompts = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()] for t in group])
-        answers = [[dictionary.index(w) for w in t["answer"].split()] for t in group]
-        with torch.no_grad():
-            out_ids = hf.generate(prompts, max_new_tokens=len(answers[0]), do_sample=False, pad_token_id=dictionary.pad())
-        correct = sum(out_ids[i, prompts.size(1):].tolist() == answers[i] for i in range(len(group)))
-        rows.append({"label": label or None, "model": field(model_cfg, "_name"), "checkpoint": checkpoint,
-                     "train_length": field(task_cfg, "tokens_per_sample"), "seed": (cfg.common or {}).get("seed"),
-                     "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"), "task": name,
-                     "length": length, "depth": depth, "n": len(group), "correct": correct,
-                     "accuracy": correct / len(group), "commit": provenance.commit(), "machine": provenance.machine()})
-        print(f"{label or rows[-1]['model']}: {name} at {length} tokens, depth {depth:.0%}: {correct}/{len(group)}", flush=True)
-    append_lines(out, [json.dumps(r) for r in rows])
+        if not lengths or t["length"] in lengths:
+            groups.setdefault((t["task"], t["length"], t["depth"]), []).append(t)
+    done = {group_key(r) for r in read_rows(out)} if os.path.exists(out) else set()
+    for scaling in scalings:
+        for length in sorted({length for _, length, _ in groups}):
+            if scaling != "none" and length <= train_length:
+                continue
+            todo = {k: g for k, g in groups.items() if k[1] == length and
+                    (label or None, checkpoint, updates, scaling, *k) not in done}
+            if not todo:
+                continue
+            overrides = {} if scaling == "none" else {
+                f"{method}_scaling": scaling, f"{method}_train_length": train_length,
+                f"{method}_scaling_factor": 1.0 if scaling == "dynamic_ntk" else length / train_length}
+            model, cfg, task = load_checkpoint(checkpoint, data, kind="causal LM", overrides=overrides)
+            dictionary = task.source_dictionary
+            hf = hf_model_of(model, dictionary, {}).eval()
+            rows = []
+            for (name, _, depth), group in todo.items():
+                prompts = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]
+                                        for t in group])
+                answers = [[dictionary.index(w) for w in t["answer"].split()] for t in group]
+                with torch.no_grad():
+                    out_ids = hf.generate(prompts, max_new_tokens=len(answers[0]), do_sample=False,
+                                          pad_token_id=dictionary.pad())
+                correct = sum(out_ids[i, prompts.size(1):].tolist() == answers[i] for i in range(len(group)))
+                rows.append({"label": label or None, "model": field(model_cfg, "_name"), "checkpoint": checkpoint,
+                             "train_length": train_length, "seed": (cfg.common or {}).get("seed"), "updates": updates,
+                             "scaling": scaling, "task": name, "length": length, "depth": depth, "n": len(group),
+                             "correct": correct, "accuracy": correct / len(group), "commit": provenance.commit(),
+                             "machine": provenance.machine()})
+                print(f"{label or rows[-1]['model']}{'' if scaling == 'none' else ' + ' + scaling}: {name} at {length} "
+                      f"tokens, depth {depth:.0%}: {correct}/{len(group)}", flush=True)
+            append_lines(out, [json.dumps(r) for r in rows])
+
+
+# The experiment runner's hooks (EXPERIMENTS["retrieval"]: Experiment.data, .scorer, .report).
+TASK_SEED, FRACTION, EXAMPLES = 1, 0.1, 20  # one task set for every training seed
+
+
+def prepare_data(runner):
+    """data-bin/retrieval-L<L>: make's text and test prompts (task seed 1), binarized into bin/ with
+    WikiText-2's own dictionary (prepared first); each step skipped when done."""
+    import shutil
+    import subprocess
+
+    from fairseq_alibi_lab.runner import prepare_wikitext2
+
+    wikitext = prepare_wikitext2()
+    root = os.path.join("data-bin", f"retrieval-L{runner.length}")
+    source = os.environ.get("WIKITEXT2_SOURCE") or os.path.join("..", "shared", "data", "wikitext-2")
+    if not os.path.isfile(os.path.join(root, "test.jsonl")):
+        make(root, source, runner.length, FRACTION, TASK_SEED, EXAMPLES)
+    binarized = os.path.join(root, "bin")
+    if not os.path.isdir(binarized):
+        partial = binarized + ".part"
+        shutil.rmtree(partial, ignore_errors=True)  # an interrupted earlier attempt's
+        text = os.path.join(root, "text")
+        with open(os.path.join(root, "preprocess.log"), "w") as log:
+            done = subprocess.run(["fairseq-preprocess", "--only-source", "--srcdict", os.path.join(wikitext, "dict.txt"),
+                                   *(f for split in ("train", "valid", "test")
+                                     for f in (f"--{split}pref", os.path.join(text, f"wiki.{split}.tokens"))),
+                                   "--destdir", partial, "--workers", "2"], stdout=log, stderr=subprocess.STDOUT)
+        if done.returncode:
+            raise SystemExit(f"error: fairseq-preprocess failed on {text} (its log: {root}/preprocess.log)")
+        os.rename(partial, binarized)
+    return binarized
+
+
+def tests_of(data):
+    """The test prompts of a binarized retrieval set (prepare_data's ROOT/bin: ROOT/test.jsonl)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(data)), "test.jsonl")
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: {data} is not a retrieval set (no test.jsonl beside it): leave --data out, "
+                         "or give the bin/ directory of one that `retrieval make` wrote")
+    return path
+
+
+def score_model(runner, model, seed, checkpoint):
+    """The model's retrieval accuracy into OUT/retrieval.jsonl (what it lacks), in a process of its
+    own (the runner imports no fairseq); True if it scored anything."""
+    import subprocess
+
+    out = os.path.join(runner.out, "retrieval.jsonl")
+    before = os.path.getsize(out) if os.path.exists(out) else 0
+    done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "score", checkpoint, runner.data,
+                           tests_of(runner.data), out, "--label", model.label, "--scalings", "none", *model.scalings,
+                           "--lengths", *map(str, runner.model_lengths(model))],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise SystemExit((done.stderr.strip().splitlines() or [f"error: scoring {model.label}'s retrieval failed"])[-1])
+    return (os.path.getsize(out) if os.path.exists(out) else 0) > before
+
+
+def report(rows, out):
+    """OUT/retrieval.md: per task, each model's (and scaling's) exact-match accuracy at each length,
+    averaged over the depths, mean ± std over the seeds (n), beside chance; the perplexity of the
+    same models is the experiment's own table. And OUT/retrieval_<task>.png: accuracy by depth and
+    length, one panel per model, mean over the seeds."""
+    import statistics
+
+    from fairseq_alibi.files import read_rows
+
+    path = os.path.join(out, "retrieval.jsonl")
+    checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
+    scored = [r for r in (read_rows(path) if os.path.exists(path) else []) if r["checkpoint"] in checkpoints]
+    if not scored:
+        return None
+    lengths = sorted({r["length"] for r in scored})
+    cells = {}  # (task, name, length) -> {checkpoint: [accuracy per depth]}
+    for r in scored:
+        name = (r.get("label") or r["model"]) + ("" if r["scaling"] == "none" else f" + {r['scaling']}")
+        cells.setdefault((r["task"], name, r["length"]), {}).setdefault(r["checkpoint"], []).append(r["accuracy"])
+    lines = []
+    for task in TASKS:
+        names = list(dict.fromkeys(n for t, n, _ in cells if t == task))
+        if not names:
+            continue
+        lines += [f"## {task}", "", "| model | " + " | ".join(map(str, lengths)) + " |",
+                  "|---" * (len(lengths) + 1) + "|"]
+        for name in names:
+            shown = []
+            for length in lengths:
+                runs = [statistics.mean(depths) for depths in cells.get((task, name, length), {}).values()]
+                shown.append("-" if not runs else f"{100 * statistics.mean(runs):.1f}" +
+                             (f" ± {100 * statistics.stdev(runs):.1f}" if len(runs) > 1 else "") + f" (n={len(runs)})")
+            lines.append(f"| {name} | " + " | ".join(shown) + " |")
+        lines += ["| chance (one key of 10^4) | " + " | ".join("0.01" for _ in lengths) + " |", ""]
+    text = ("# Retrieval: exact-match accuracy (%), mean over 5 depths, mean ± std over seeds\n\n" + "\n".join(lines))
+    from fairseq_alibi.files import written_whole
+
+    with written_whole(os.path.join(out, "retrieval.md")) as partial, open(partial, "w") as f:
+        f.write(text)
+    heatmaps(scored, out)
+    return text
+
+
+def heatmaps(scored, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fairseq_alibi.files import written_whole
+
+    for task in TASKS:
+        rows = [r for r in scored if r["task"] == task]
+        names = list(dict.fromkeys((r.get("label") or r["model"]) + ("" if r["scaling"] == "none" else f" + {r['scaling']}")
+                                   for r in rows))
+        if not names:
+            continue
+        lengths, depths = sorted({r["length"] for r in rows}), sorted({r["depth"] for r in rows})
+        figure, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.8), squeeze=False)
+        for axis, name in zip(axes[0], names):
+            grid = [[0.0] * len(lengths) for _ in depths]
+            for i, depth in enumerate(depths):
+                for j, length in enumerate(lengths):
+                    values = [r["accuracy"] for r in rows if r["depth"] == depth and r["length"] == length and
+                              (r.get("label") or r["model"]) + ("" if r["scaling"] == "none" else f" + {r['scaling']}") == name]
+                    grid[i][j] = sum(values) / len(values) if values else float("nan")
+            axis.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+            axis.set_xticks(range(len(lengths)), [str(x) for x in lengths], fontsize=6)
+            axis.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=6)
+            axis.set_title(name, fontsize=7)
+            axis.set_xlabel("tokens", fontsize=6)
+        axes[0][0].set_ylabel("depth", fontsize=6)
+        figure.tight_layout()
+        path = os.path.join(out, f"retrieval_{task}.png")
+        with written_whole(path) as partial:
+            figure.savefig(partial, format="png", dpi=120)
+        plt.close(figure)
 
 
 def main(argv=None):
@@ -199,6 +363,9 @@ def main(argv=None):
     s.add_argument("tests", help="make's test.jsonl")
     s.add_argument("out", help="a JSON-lines file the rows are appended to")
     s.add_argument("--label", default="")
+    s.add_argument("--scalings", nargs="+", default=["none"],
+                   help="none, and ALiBi's or rotary's inference-time scalings (scored past the training length)")
+    s.add_argument("--lengths", type=int, nargs="+", help="score only the prompts of these lengths")
     args = p.parse_args(argv)
     if args.command == "make":
         need = max(map(shortest, TASKS))
@@ -212,7 +379,7 @@ def main(argv=None):
     else:
         if not args.out.endswith(".jsonl"):
             p.error(f"{args.out} must be a .jsonl file (rows are appended to it)")
-        score(args.checkpoint, args.data, args.tests, args.out, args.label)
+        score(args.checkpoint, args.data, args.tests, args.out, args.label, args.scalings, args.lengths)
 
 
 if __name__ == "__main__":

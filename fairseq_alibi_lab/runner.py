@@ -87,6 +87,12 @@ class Experiment:
     # fairseq-train flags for every model, after the recipe's (a model size other than the recipe's).
     train_flags: tuple = ()
     updates: int = 0  # training updates (0: the recipe's)
+    # A module whose prepare_data(runner) makes and returns the binarized data every model trains and
+    # is scored on (default: WikiText-2, or with documents).
+    data: str = ""
+    # A module whose score_model(runner, model, seed, checkpoint) scores what its own results lack
+    # beside the perplexity (retrieval accuracy), after each model; its tables come from `report`.
+    scorer: str = ""
     # A module whose checkpoint(name, runner, seed, make) gives the path of each Model.start checkpoint
     # (make: and makes it first, resumably, if it is not there).
     prepare: str = ""
@@ -197,6 +203,19 @@ EXPERIMENTS["littlebird-long"] = Experiment(
     "sparse (8 blocks), against dense BiALiBi at the same L, scored to 8L.",
     (*littlebird(64, 64)[:1], DENSE["ALiBi bialibi"]), recipe="masked_lm", train_length=512,
     multiples=(1, 2, 4, 8), strides=("0",))
+
+
+# Retrieval past L (fairseq_alibi_lab/retrieval.py): the comparison's causal methods trained from
+# scratch at L=64 on WikiText-2 with 10% of its training text passkey, multi-key and key-value
+# examples (at most L long), scored by exact match at L..16L and 5 depths, and by perplexity.
+EXPERIMENTS["retrieval"] = Experiment(
+    "Retrieval past the training length: causal methods trained at L=64 on WikiText-2 mixed with 10% passkey, "
+    "multi-key needle and key-value examples, scored by exact match at L..16L and 5 depths, and by perplexity.",
+    (SINUSOIDAL, Model("Rotary", "rotary", scalings=("ntk", "yarn")), Model("T5 bias", "t5_bias"),
+     Model("ALiBi", "alibi", scalings=("ntk",)), Model("NoPE", "nope"), Model("KERPLE log", "kerple", ("--kerple-variant", "log")),
+     Model("FIRE", "fire", ("--fire-init-threshold", "64"))),
+    strides=("0",), data="fairseq_alibi_lab.retrieval", scorer="fairseq_alibi_lab.retrieval",
+    report="fairseq_alibi_lab.retrieval")
 
 
 # The conversion of a GPT-2 (issue 44's experiment): its fine-tunes take 200 updates (the conversion's
@@ -483,7 +502,9 @@ class Runner:
             with open(self.buckets_file) as f:
                 self.buckets = [line.split()[0] for line in f if line.strip()]
         else:
-            self.data = self.binarized = self.args.data or prepare_wikitext2(self.experiment.documents)
+            self.data = self.binarized = self.args.data or (
+                importlib.import_module(self.experiment.data).prepare_data(self) if self.experiment.data
+                else prepare_wikitext2(self.experiment.documents))
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
         jobs = [(m, s) for s in self.seeds for m in self.models]  # seed by seed: a stopped run has whole seeds
         record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance.commit(),
@@ -526,7 +547,10 @@ class Runner:
                 print("    already scored (its checkpoint is not on this machine): nothing to do", flush=True)
                 continue
             checkpoint = self.train(model, seed)
-            if self.evaluate(model, checkpoint) and number < len(jobs):
+            scored = self.evaluate(model, checkpoint)
+            if self.experiment.scorer:
+                scored = importlib.import_module(self.experiment.scorer).score_model(self, model, seed, checkpoint) or scored
+            if scored and number < len(jobs):
                 self.tabulate()  # what is done so far, in case the run is stopped
             if time.time() - job_start > 30:
                 worked.append(time.time() - job_start)
@@ -707,6 +731,9 @@ def main():
                          ("--train-length", [args.train_length]), ("--parallel", [args.parallel])):
         if any(v is not None and v < (0 if name == "--seeds" else 1) for v in values or ()):
             p.error(f"{name} must be {'non-negative' if name == '--seeds' else 'positive'} integers")
+    if args.parallel > 1 and experiment.scorer:
+        p.error(f"{args.name} scores more than perplexity ({experiment.scorer}), which --parallel's parts do not merge: "
+                "run it one job at a time")
     if args.task_flags and experiment.recipe != "synthetic":
         p.error(f"--task-flags is for the synthetic tasks, not {args.name}: leave it out")
     args.train_flags, args.task_flags = shlex.split(args.train_flags), shlex.split(args.task_flags)
