@@ -474,9 +474,9 @@ def test_the_committed_lm_eval_table_rebuilds_from_committed_files(tmp_path):
 def test_the_gpt2_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_path):
     """scripts/experiment.py gpt2-alibi at toy size (L=16): a stand-in GPT-2 (trained here for 3
     updates, which the runner then finds finished), imported and converted by the runner; the GPT-2
-    scored at L only (its learned positions end there), the conversion and its two recoveries at L
+    scored at L only (its learned positions end there), the two recoveries of the conversion at L
     and 2L, both strides; the GPT-2 continued and the recoveries trained 2 updates from their start
-    (fine-tuned: the counter starts at 0), the import and the conversion with none; run again,
+    (fine-tuned: the counter starts at 0), the import with none; run again,
     nothing is trained or scored again."""
     checkpoints, out = tmp_path / "checkpoints", tmp_path / "out"
     toy = ["--length", "16", "--dim", "16", "--layers", "1", "--heads", "2", "--tokens", "64", "--updates", "3"]
@@ -485,8 +485,7 @@ def test_the_gpt2_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_
     flags = ["--decoder-layers", "1", "--decoder-embed-dim", "16", "--decoder-input-dim", "16", "--decoder-output-dim", "16",
              "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--max-tokens", "64",
              "--disable-validation"]  # fairseq-train's end-of-run validation: minutes at this batch size
-    models = ["gpt-2-imported", "gpt-2-continued", "gpt-2-alibi-converted", "gpt-2-alibi-recovered",
-              "gpt-2-alibi-recovered-with-distillation"]
+    models = ["gpt-2-imported", "gpt-2-continued", "gpt-2-alibi-recovered", "gpt-2-alibi-recovered-with-distillation"]
     command = [sys.executable, "scripts/experiment.py", "gpt2-alibi", "--data", wt2_slice, "--train-length", "16",
                "--updates", "2", "--lengths", "16", "32", "--seeds", "1", "--checkpoints", str(checkpoints),
                "--out", str(out), "--models", *models, "--train-flags", " ".join(flags)]
@@ -495,13 +494,12 @@ def test_the_gpt2_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
     scored = {(r["label"], r["l_valid"], r["stride_rule"], r["updates"]) for r in rows}
     expected = {(label, lv, rule, updates) for label, lengths, updates in [
-        ("GPT-2 (imported)", (16,), 0), ("GPT-2 continued", (16,), 2), ("GPT-2 -> ALiBi, converted", (16, 32), 0),
-        ("GPT-2 -> ALiBi, recovered", (16, 32), 2), ("GPT-2 -> ALiBi, recovered with distillation", (16, 32), 2)]
+        ("GPT-2 (imported)", (16,), 0), ("GPT-2 continued", (16,), 2), ("GPT-2 -> ALiBi, recovered", (16, 32), 2), ("GPT-2 -> ALiBi, recovered with distillation", (16, 32), 2)]
         for lv in lengths for rule in ("0", "L_valid/2")}
     assert scored == expected and len(rows) == len(expected)
     imported = str(checkpoints / "gpt2-imported-L16-s1")
     assert {r["checkpoint"] for r in rows if r["label"] == "GPT-2 (imported)"} == {os.path.join(imported, "checkpoint.pt")}
-    assert {r["model"] for r in rows} == {"transformer_lm", "alibi_transformer_lm", "alibi_transformer_lm_gpt2_small"}
+    assert {r["model"] for r in rows} == {"transformer_lm", "alibi_transformer_lm_gpt2_small"}
     for name, start, arch in [("gpt-2-continued", "checkpoint.pt", "transformer_lm"),
                               ("gpt-2-alibi-recovered", "converted-alibi.pt", "alibi_transformer_lm_gpt2_small"),
                               ("gpt-2-alibi-recovered-with-distillation", "converted-alibi.pt", "alibi_transformer_lm_gpt2_small")]:

@@ -101,44 +101,17 @@ def test_make_refuses_a_folder_that_holds_something(source, tmp_path):
 
 
 @pytest.mark.slow
-def test_score_is_greedy_decoding_of_fairseqs_model(toy_checkpoint, wt2_slice, source, tmp_path):
-    """Scored on the toy ALiBi checkpoint: one row per (task, length, depth); each example's decoded key
-    is the argmax of fairseq's own forward, token by token, behind </s>."""
-    import torch
-
-    from fairseq_alibi.build import load_checkpoint
-
-    make(source, tmp_path / "made", "--length", "40")
-    tests = [json.loads(line) for line in (tmp_path / "made" / "test.jsonl").read_text().splitlines()]
-    small = [t for t in tests if t["length"] <= 80 and t["depth"] in (0.0, 1.0)]
-    (tmp_path / "small.jsonl").write_text("".join(json.dumps(t) + "\n" for t in small))
-    out = tmp_path / "rows.jsonl"
-    run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "score", toy_checkpoint, wt2_slice, str(tmp_path / "small.jsonl"),
-         str(out), "--label", "toy"])
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert sorted((r["task"], r["length"], r["depth"], r["n"]) for r in rows) == sorted(
-        (task, length, depth, 2) for task in TASKS for length in (40, 80) for depth in (0.0, 1.0))
-    model, _, task = load_checkpoint(toy_checkpoint, wt2_slice, kind="causal LM")
-    dictionary = task.source_dictionary
-    for row in rows:
-        correct = 0
-        for t in (t for t in small if (t["task"], t["length"], t["depth"]) == (row["task"], row["length"], row["depth"])):
-            ids = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]])
-            answer = [dictionary.index(w) for w in t["answer"].split()]
-            with torch.no_grad():
-                for _ in answer:
-                    ids = torch.cat([ids, model(ids)[0][:, -1:].argmax(-1)], dim=1)
-            correct += ids[0, -len(answer):].tolist() == answer
-        assert row["correct"] == correct and row["accuracy"] == correct / row["n"] and row["label"] == "toy"
-
-
-@pytest.mark.slow
 def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice, source, tmp_path):
     """scripts/experiment.py retrieval at toy size on a retrieval set made from the head of WikiText-2
     (L=40) and binarized with the slice's dictionary: ALiBi trained 4 updates, scored by perplexity
     and by exact match at 40 and 80 tokens (its NTK scaling at 80 only), every task and depth; the
     accuracy table and heatmaps written, and rebuilt the same by --tables; run again, nothing is
-    scored twice."""
+    scored twice. Each decoded key is the argmax of fairseq's own forward, token by token, behind
+    </s> (checked at 40 tokens, depths 0 and 100%)."""
+    import torch
+
+    from fairseq_alibi.build import load_checkpoint
+
     root = tmp_path / "set"
     make(source, root, "--length", "40")
     run(["fairseq-preprocess", "--only-source", "--srcdict", os.path.join(wt2_slice, "dict.txt"),
@@ -156,6 +129,20 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
         [("none", t, length, d) for t in TASKS for length in (40, 80) for d in (0.0, 0.25, 0.5, 0.75, 1.0)]
         + [("ntk", t, 80, d) for t in TASKS for d in (0.0, 0.25, 0.5, 0.75, 1.0)])
     assert all(r["n"] == 2 and r["label"] == "ALiBi" and r["updates"] == 4 for r in rows)
+    checkpoint = str(tmp_path / "checkpoints" / "alibi-L40-s1" / "checkpoint_last.pt")
+    model, _, task = load_checkpoint(checkpoint, str(root / "bin"), kind="causal LM")
+    dictionary = task.source_dictionary
+    tests = [json.loads(line) for line in (root / "test.jsonl").read_text().splitlines()]
+    for row in (r for r in rows if r["scaling"] == "none" and r["length"] == 40 and r["depth"] in (0.0, 1.0)):
+        correct = 0
+        for t in (t for t in tests if (t["task"], t["length"], t["depth"]) == (row["task"], 40, row["depth"])):
+            ids = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]])
+            answer = [dictionary.index(w) for w in t["answer"].split()]
+            with torch.no_grad():
+                for _ in answer:
+                    ids = torch.cat([ids, model(ids)[0][:, -1:].argmax(-1)], dim=1)
+            correct += ids[0, -len(answer):].tolist() == answer
+        assert row["correct"] == correct and row["accuracy"] == correct / row["n"], row
     table = (out / "retrieval.md").read_text()
     assert "| ALiBi + ntk |" in table and "chance" in table and all((out / f"retrieval_{t}.png").exists() for t in TASKS)
     perplexity = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]

@@ -141,7 +141,7 @@ def test_padded_rows_are_refused_by_the_sink_cache():
 
 @pytest.mark.slow
 def test_stream_eval_scores_the_stream_as_the_rule_does(toy_checkpoint, wt2_slice, tmp_path):
-    """scripts/stream_eval.py on the toy ALiBi checkpoint (2 layers, trained at L=32) over the first 240
+    """scripts/stream_eval.py on the toy ALiBi checkpoint (2 layers, trained at L=32) over the first 120
     tokens of the slice's validation stream (behind </s>): for S = 0 and 4 in a cache of 16, fed 5 at a
     time, its perplexity is the naive per-query reference's on the exported model. (With more than one
     layer, S = 0 is not the sliding-window recomputation: a cached token keeps the hidden states it had
@@ -157,14 +157,14 @@ def test_stream_eval_scores_the_stream_as_the_rule_does(toy_checkpoint, wt2_slic
 
     out = tmp_path / "stream.jsonl"
     printed = run([sys.executable, "scripts/stream_eval.py", toy_checkpoint, wt2_slice, str(out), "--cache", "16",
-                   "--sinks", "0", "4", "--chunk", "5", "--limit", "240", "--label", "toy"])
+                   "--sinks", "0", "4", "--chunk", "5", "--limit", "120", "--label", "toy"])
     assert "sinks 0 + window 16" in printed and "sinks 4 + window 12" in printed
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [(r["sinks"], r["window"], r["chunk"], r["tokens"]) for r in rows] == [(0, 16, 5, 240), (4, 12, 5, 240)]
+    assert [(r["sinks"], r["window"], r["chunk"], r["tokens"]) for r in rows] == [(0, 16, 5, 120), (4, 12, 5, 120)]
     assert all(r["keys_held"] == 16 - 1 + 5 and r["label"] == "toy" and r["train_length"] == 32 for r in rows)
     model, _, task = load_checkpoint(toy_checkpoint, wt2_slice, kind="causal LM")
     hf = hf_model_of(model, task.source_dictionary, {}).eval()
-    inputs, targets = stream_tokens(wt2_slice, "valid", task.source_dictionary, 240)
+    inputs, targets = stream_tokens(wt2_slice, "valid", task.source_dictionary, 120)
     assert inputs[0] == task.source_dictionary.eos() and inputs[1:].tolist() == targets[:-1].tolist()
     for row in rows:
         with torch.no_grad():
