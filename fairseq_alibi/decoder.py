@@ -193,35 +193,33 @@ def small_architecture(args):
     base_lm_architecture(args)  # pre-norm, input/output dims = embed dim
 
 
-def bloom_small_architecture(args):
-    """The small architecture's dimensions in BLOOM's layout, so that `fairseq-alibi-export-hf` writes
-    stock BLOOM (model_type bloom: transformers, vLLM, llama.cpp, TGI, lm-eval run it without our
-    code): a LayerNorm on the embeddings, tanh GELU (gelu_accurate), FFN 4 d, pre-norm with a final
-    LayerNorm, one output matrix tied to the embeddings (no adaptive input or softmax)."""
+def one_matrix_small(args, **layout):
+    """The small architecture's dimensions (FFN 4 d) with tanh GELU (gelu_accurate) and one output
+    matrix tied to the embeddings (no adaptive input or softmax), plus a layout's own defaults."""
     args.decoder_layers = getattr(args, "decoder_layers", 4)
     args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
     args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 4 * args.decoder_embed_dim)
     args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
-    args.layernorm_embedding = getattr(args, "layernorm_embedding", True)
     args.activation_fn = getattr(args, "activation_fn", "gelu_accurate")
     args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
+    for name, value in layout.items():
+        setattr(args, name, getattr(args, name, value))
     base_lm_architecture(args)  # pre-norm, final LayerNorm, input/output dims = embed dim
+
+
+def bloom_small_architecture(args):
+    """one_matrix_small in BLOOM's layout (a LayerNorm on the embeddings), so that
+    `fairseq-alibi-export-hf` writes stock BLOOM (model_type bloom: transformers, vLLM, llama.cpp,
+    TGI, lm-eval run it without our code)."""
+    one_matrix_small(args, layernorm_embedding=True)
 
 
 def gpt2_small_architecture(args):
-    """The small architecture's dimensions in GPT-2's layout, the one a GPT-2 imported by
-    `fairseq-alibi-import-hf` and given ALiBi (`convert_checkpoint --replace-positions`) fine-tunes in:
-    no embedding scale, tanh GELU (gelu_accurate = GPT-2's gelu_new), FFN 4 d, pre-norm with a final
-    LayerNorm, one output matrix tied to the embeddings. Its learned-positions twin (the GPT-2
-    itself, continued) is stock fairseq: GPT2_SMALL_TWIN_FLAGS."""
-    args.decoder_layers = getattr(args, "decoder_layers", 4)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 4 * args.decoder_embed_dim)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
-    args.no_scale_embedding = getattr(args, "no_scale_embedding", True)
-    args.activation_fn = getattr(args, "activation_fn", "gelu_accurate")
-    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
-    base_lm_architecture(args)  # pre-norm, final LayerNorm, input/output dims = embed dim
+    """one_matrix_small in GPT-2's layout (no embedding scale; gelu_accurate is GPT-2's gelu_new), the
+    one a GPT-2 imported by `fairseq-alibi-import-hf` and given ALiBi (`convert_checkpoint
+    --replace-positions`) fine-tunes in. Its learned-positions twin (the GPT-2 itself, continued) is
+    stock fairseq: GPT2_SMALL_TWIN_FLAGS."""
+    one_matrix_small(args, no_scale_embedding=True)
 
 
 def wiki103_architecture(args):
