@@ -191,11 +191,15 @@ model = AutoModelForCausalLM.from_pretrained({str(out)!r}, trust_remote_code=Tru
 AutoTokenizer.from_pretrained({str(out)!r})  # without trust_remote_code: it asks (stdin is closed), then loads
 with torch.no_grad():
     print("LOGITS", model(torch.tensor({tokens.tolist()!r})).logits.log_softmax(-1).tolist())
+    cache = model.sink_cache(4, 20)  # the bundled file streams too: nothing evicted here, so the same
+    print("STREAMED", model(torch.tensor({tokens.tolist()!r}), cache=cache).logits.log_softmax(-1).tolist())
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd="/", stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    got = torch.tensor(json.loads(proc.stdout.rpartition("LOGITS ")[2]))
+    got = torch.tensor(json.loads(proc.stdout.rpartition("LOGITS ")[2].partition("\n")[0]))
     torch.testing.assert_close(got, fairseq_log_probs(model, tokens), rtol=1e-5, atol=2e-5)
+    streamed = torch.tensor(json.loads(proc.stdout.rpartition("STREAMED ")[2]))
+    torch.testing.assert_close(streamed, got, rtol=1e-5, atol=2e-5)
 
 
 def test_the_bloom_preset_exports_to_stock_bloom_without_code_of_ours(exported):
