@@ -393,11 +393,11 @@ class Decoder(nn.Module):
         bias = method.bias(slot[:, None], key_pos)  # (heads, T, 1, K)
         if bias is not None:
             mask = mask + bias[:, :, 0][None]
-        rotary = None
-        if method.rotary(slot[:1]) is not None:  # window scores by text distance, from a base kept small
+        rotary, at_slot = None, method.rotary(slot)
+        if at_slot is not None:  # window scores by text distance, from a base kept small
             base = int(keys[~sink].min()) if (~sink).any() else 0
             shaped = lambda angles: tuple(a[None, None] for a in angles)  # noqa: E731
-            rotary = (shaped(method.rotary(slot)), shaped(method.rotary(text - base)),
+            rotary = (shaped(at_slot), shaped(method.rotary(text - base)),
                       shaped(method.rotary(torch.where(sink, keys, keys - base))), sink)
         x = self.embed(tokens, None)
         for i, layer in enumerate(self.layers):
