@@ -257,6 +257,11 @@ EXPERIMENTS["scale2"] = Experiment(
 COMMITTED = os.path.join("examples", "wikitext2", "results")
 
 
+def declared_updates(experiment, length):
+    """An experiment's training updates: its own, else its recipe's --max-update."""
+    return experiment.updates or int(recipes.last_value(recipes.recipe(experiment.recipe, length), "--max-update"))
+
+
 def slug(label):
     return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
 
@@ -280,8 +285,7 @@ class Runner:
         self.kind = recipes.RECIPE_KIND[experiment.recipe]  # causal LM, masked LM, encoder-decoder
         self.masked = self.kind == "masked LM"
         self.seq2seq = self.kind == "encoder-decoder"  # its data and sizes are the tasks': no L
-        self.updates = args.updates or experiment.updates or int(
-            recipes.last_value(recipes.recipe(experiment.recipe, self.length), "--max-update"))
+        self.updates = args.updates or declared_updates(experiment, self.length)
         self.out = args.out or os.path.join("runs", name)
         self.checkpoints = args.checkpoints or os.path.join("checkpoints", experiment.checkpoints or name)
         self.models = [m for m in experiment.models if not args.models or set(names(m)) & set(args.models)]
@@ -318,8 +322,7 @@ class Runner:
         """The updates a scored row of model names: the shared experiment's, none for a prepared
         checkpoint scored as it is (an import or a conversion trains nothing), else this one's."""
         if model.shared:
-            experiment = EXPERIMENTS[model.shared[0]]
-            return experiment.updates or int(recipes.last_value(recipes.recipe(experiment.recipe, self.length), "--max-update"))
+            return declared_updates(EXPERIMENTS[model.shared[0]], self.length)
         return self.updates if model.method else 0
 
     def flags(self, model, seed):
