@@ -33,6 +33,15 @@ def model_and_task(state):
     return cfg["model"], cfg["task"]
 
 
+def identity(path, state):
+    """What a scored row says of the checkpoint it scored (the lab's streaming and retrieval rows):
+    its model, path, training length, training seed and updates."""
+    model, task = model_and_task(state)
+    common = (state.get("cfg") or {}).get("common") or {}
+    return {"model": field(model, "_name"), "checkpoint": path, "train_length": field(task, "tokens_per_sample"),
+            "seed": field(common, "seed"), "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates")}
+
+
 def checkpoint_summary(path):
     """(architecture, training length, updates done, the --max-update it was run with) of a fairseq
     checkpoint."""

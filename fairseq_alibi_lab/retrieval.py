@@ -162,15 +162,13 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
 
     from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint
-    from fairseq_alibi.checkpoints import field, model_and_task, read_state
+    from fairseq_alibi.checkpoints import identity, read_state
     from fairseq_alibi.files import append_lines, read_rows
     from fairseq_alibi.hf.export import hf_model_of
 
-    state = read_state(checkpoint)
-    model_cfg, task_cfg = model_and_task(state)
-    train_length = field(task_cfg, "tokens_per_sample")
-    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates")
-    method = str(field(model_cfg, "_name")).split("_transformer_lm")[0]
+    scored = identity(checkpoint, read_state(checkpoint))
+    train_length, updates = scored["train_length"], scored["updates"]
+    method = str(scored["model"]).split("_transformer_lm")[0]
     with open(tests_path) as f:
         tests = [json.loads(line) for line in f if line.strip()]
     groups = {}
@@ -189,7 +187,7 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
             overrides = {} if scaling == "none" else {
                 f"{method}_scaling": scaling, f"{method}_train_length": train_length,
                 f"{method}_scaling_factor": 1.0 if scaling == "dynamic_ntk" else length / train_length}
-            model, cfg, task = load_checkpoint(checkpoint, data, kind="causal LM", overrides=overrides)
+            model, _, task = load_checkpoint(checkpoint, data, kind="causal LM", overrides=overrides)
             dictionary = task.source_dictionary
             hf = hf_model_of(model, dictionary, {}).eval()
             rows = []
@@ -201,9 +199,7 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
                     out_ids = hf.generate(prompts, max_new_tokens=len(answers[0]), do_sample=False,
                                           pad_token_id=dictionary.pad())
                 correct = sum(out_ids[i, prompts.size(1):].tolist() == answers[i] for i in range(len(group)))
-                rows.append({"label": label or None, "model": field(model_cfg, "_name"), "checkpoint": checkpoint,
-                             "train_length": train_length, "seed": (cfg.common or {}).get("seed"), "updates": updates,
-                             "scaling": scaling, "task": name, "length": length, "depth": depth, "n": len(group),
+                rows.append({"label": label or None, **scored, "scaling": scaling, "task": name, "length": length, "depth": depth, "n": len(group),
                              "correct": correct, "accuracy": correct / len(group), "commit": provenance.commit(),
                              "machine": provenance.machine()})
                 print(f"{label or rows[-1]['model']}{'' if scaling == 'none' else ' + ' + scaling}: {name} at {length} "

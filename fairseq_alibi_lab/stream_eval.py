@@ -76,17 +76,16 @@ def main(argv=None):
 
     from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint
-    from fairseq_alibi.checkpoints import field, model_and_task, read_state
+    from fairseq_alibi.checkpoints import identity, read_state
     from fairseq_alibi.files import append_lines
     from fairseq_alibi.hf.export import hf_model_of
 
-    model, cfg, task = load_checkpoint(args.checkpoint, args.data, kind="causal LM")
+    model, _, task = load_checkpoint(args.checkpoint, args.data, kind="causal LM")
     hf = hf_model_of(model, task.source_dictionary, {}).eval()
     problem = next((why for why in [_problem(hf, s, args.cache - s) for s in args.sinks] if why), None)
     if problem:
         raise SystemExit(f"error: {args.checkpoint}: {problem}")
-    state = read_state(args.checkpoint)
-    model_cfg, task_cfg = model_and_task(state)
+    checkpoint = identity(args.checkpoint, read_state(args.checkpoint))
     inputs, targets = stream_tokens(args.data, args.split, task.source_dictionary, args.limit)
     for sinks in args.sinks:
         window = args.cache - sinks
@@ -94,9 +93,7 @@ def main(argv=None):
         loss, held = stream_score(hf, inputs, targets, sinks, window, args.chunk or window)
         wall = time.perf_counter() - started
         loss_base2 = loss / len(targets) / math.log(2)
-        row = {"label": args.label or None, "model": field(model_cfg, "_name"), "checkpoint": args.checkpoint,
-               "train_length": field(task_cfg, "tokens_per_sample"), "seed": (cfg.common or {}).get("seed"),
-               "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"), "split": args.split,
+        row = {"label": args.label or None, **checkpoint, "split": args.split,
                "scoring": "streaming", "cache": args.cache, "sinks": sinks, "window": window,
                "chunk": args.chunk or window, "keys_held": held, "tokens": len(targets), "loss_base2": loss_base2,
                "perplexity": 2 ** loss_base2, "wall_s": round(wall, 2), "tokens_per_s": round(len(targets) / wall, 1),
