@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
-"""The newer methods' own claims, tested on the comparison's seeded rows (issue 22).
+"""Verdicts on comparisons of seeded cells: the comparison's claims, and any two cells asked for.
 
     python scripts/claims.py RESULTS.jsonl [--out claims.md]
+    python scripts/claims.py RESULTS.jsonl --compare "LABEL A@K" "LABEL B@K" [--relation lower|at-most]
 
-Each claim compares two cells of the comparison's tables, (label, L_valid), of one stride, over the
-cells' training seeds (mean ± sample std, as the tables show them), for models trained at L (the
-shortest L_valid scored). The verdict:
-- "fewer than 3 seeds": either cell has fewer;
-- "not separated": the means differ by no more than the two standard deviations together;
-- else "supported" or "refuted", by the direction the claim predicts. A claim that a model is no
-  worse ("at most") is supported where the difference is not separated.
+A cell is (label, K x L) of one stride, over the training seeds (one run, one checkpoint, per seed);
+L is the shortest L_valid scored, where the models were trained. Each comparison gets, from one
+function (compare):
+- the descriptive rule: "separated by the seeds' spread" where the means differ by more than the
+  two sample standard deviations together, else "within the seeds' spread". It is a description,
+  not a significance test;
+- a test beside it, two-sided: a paired t test where both cells are the same checkpoints (one model
+  at two lengths), else Welch's t test (independent runs);
+- the verdict, by the rule: "supported" or "refuted" by the direction the claim predicts where
+  separated, "not separated" where not ("supported (not separated)" for a claim that A is "at
+  most" B); "no verdict" below 3 seeds a side.
 Prints the Markdown table (and writes it to --out if given).
 """
 import argparse
@@ -58,53 +63,99 @@ CLAIMS = (
 SEEDS = 3
 
 
-def verdict(a, b, relation, seeds=SEEDS):
-    """The verdict on "a relation b" from each side's per-seed perplexities."""
+def compare(a, b, relation, seeds=SEEDS):
+    """(rule, test, verdict) on "a relation b", a and b {checkpoint: perplexity} (one run per seed)."""
+    if not a or not b:
+        return "", "", "no verdict (a cell not scored)"
     if min(len(a), len(b)) < seeds:
-        return f"fewer than {seeds} seeds"
-    (mean_a, std_a), (mean_b, std_b) = results.mean_std(a), results.mean_std(b)
-    if abs(mean_a - mean_b) <= std_a + std_b:
-        return "supported (not separated)" if relation == "at most" else "not separated"
-    return "supported" if mean_a < mean_b else "refuted"
+        return "", "", f"no verdict (n = {len(a)} and {len(b)}: the rule asks for {seeds} seeds a side)"
+    (mean_a, std_a), (mean_b, std_b) = results.mean_std(list(a.values())), results.mean_std(list(b.values()))
+    separated = abs(mean_a - mean_b) > std_a + std_b
+    rule = "separated by the seeds' spread" if separated else "within the seeds' spread"
+    if not separated:
+        verdict = "supported (not separated)" if relation == "at most" else "not separated"
+    else:
+        verdict = "supported" if mean_a < mean_b else "refuted"
+    return rule, t_test(a, b), verdict
+
+
+def t_test(a, b):
+    """Two-sided p of a paired t test where a and b are the same checkpoints, else of Welch's."""
+    from scipy import stats
+
+    if set(a) == set(b):
+        name, result = "paired t", stats.ttest_rel([a[c] for c in a], [b[c] for c in a])
+    else:
+        name, result = "Welch t", stats.ttest_ind(list(a.values()), list(b.values()), equal_var=False)
+    p = float(result.pvalue)
+    return f"{name}, p = {p:.2g}" if p == p else f"{name}: no spread, p undefined"
 
 
 def cells(rows):
-    """{(stride rule, label, l_valid): [perplexity of each seed]} of the models trained at the
-    shortest length scored (L), split valid; and L."""
-    tables = results.tables(rows)
-    length = min(lv for (split, _), (l_valids, _) in tables.items() for lv in l_valids)
-    out = {}
-    for (split, stride), (_, lines) in tables.items():
-        for (label, train_length), line in lines.items():
-            if split == "valid" and train_length in (None, length):
-                for l_valid, values in line.items():
-                    out[(stride, label, l_valid)] = values
+    """{(stride rule, label, l_valid): {checkpoint: perplexity}} of the models trained at the
+    shortest length scored (L), split valid; and L. Two runs of one label and seed are refused:
+    a seed is one run."""
+    length = min(key[-1] for key in rows)
+    out, runs = {}, {}
+    for (split, stride, label, train_length, seed, checkpoint, l_valid), ppl in rows.items():
+        if split != "valid" or train_length not in (None, length):
+            continue
+        other = runs.setdefault((label, seed), checkpoint)
+        if other != checkpoint:
+            raise SystemExit(f"error: the rows hold two runs of {label}, seed {seed} ({other} and {checkpoint}): "
+                             "a verdict counts one run per seed; give the rows of one run")
+        out.setdefault((stride, label, l_valid), {})[checkpoint] = ppl
     return out, length
+
+
+def lines(found, length, claim):
+    """The claim's table lines, one per stride."""
+    out = []
+    for stride in claim.strides:
+        a, b = ((found.get((stride, label, k * length), {}), f"{label} at {k * length}") for label, k in (claim.a, claim.b))
+        shown = [f"{name}: {results.cell(list(values.values()), len(values))} (n={len(values)})" if values
+                 else f"{name}: not scored" for values, name in (a, b)]
+        scoring = "nonoverlapping" if stride == "0" else f"sliding, stride {stride}"
+        rule, test, verdict = compare(a[0], b[0], claim.relation)
+        out.append(f"| {claim.text} | {scoring} | {shown[0]} | {shown[1]} | {rule} | {test} | {verdict} |")
+    return out
+
+
+HEADER = ["| claim | scoring | A | B | the seeds' spread (descriptive) | test (two-sided) | verdict |",
+          "|---|---|---|---|---|---|---|"]
 
 
 def table(rows, claims=CLAIMS):
     found, length = cells(rows)
-    lines = ["| claim | scoring | A | B | verdict |", "|---|---|---|---|---|"]
-    for claim in claims:
-        for stride in claim.strides:
-            a, b = ((found.get((stride, label, k * length), []), f"{label} at {k * length}")
-                    for label, k in (claim.a, claim.b))
-            shown = [f"{name}: {results.cell(values, len(values))} (n={len(values)})" if values else f"{name}: not scored"
-                     for values, name in (a, b)]
-            scoring = "nonoverlapping" if stride == "0" else f"sliding, stride {stride}"
-            lines.append(f"| {claim.text} | {scoring} | {shown[0]} | {shown[1]} | {verdict(a[0], b[0], claim.relation)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(HEADER + [line for claim in claims for line in lines(found, length, claim)]) + "\n"
+
+
+def cell_name(text):
+    """"LABEL@K" -> (LABEL, K), K the multiple of L; one line naming the form otherwise."""
+    label, _, multiple = text.rpartition("@")
+    if not label or not multiple.isdigit() or int(multiple) < 1:
+        raise SystemExit(f"error: --compare takes cells as LABEL@K (K a multiple of L, e.g. 'ALiBi@16'), got {text!r}")
+    return label, int(multiple)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", help="the comparison's results.jsonl (scripts/experiment.py comparison)")
     p.add_argument("--out", help="also write the table here (.md)")
+    p.add_argument("--compare", nargs=2, metavar=("A@K", "B@K"),
+                   help="the verdict on these two cells (both strides) instead of the comparison's claims")
+    p.add_argument("--relation", choices=("lower", "at-most"), default="lower",
+                   help="with --compare: A's perplexity below B's (default), or A's not above B's")
     args = p.parse_args()
     rows = results.load(args.results)
     if not rows:
         p.error(f"no results in {', '.join(args.results)}")
-    text = table(rows)
+    claims = CLAIMS
+    if args.compare:
+        a, b = map(cell_name, args.compare)
+        claims = [Claim(f"{a[0]} at {a[1]}L {'below' if args.relation == 'lower' else 'at most'} {b[0]} at {b[1]}L",
+                        a, b, args.relation.replace("-", " "))]
+    text = table(rows, claims)
     if args.out:
         with written_whole(args.out) as partial, open(partial, "w") as f:
             f.write(text)

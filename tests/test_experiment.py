@@ -4,6 +4,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 
 import pytest
@@ -537,23 +538,50 @@ def test_the_runners_children_yield_as_the_runner_does_under_nice():
     assert shown.returncode == 0 and shown.stdout.strip().endswith(f"nice {expected}"), shown.stderr[-500:]
 
 
-def test_claims_verdicts_against_the_spread_written_out(tmp_path):
-    """scripts/claims.py: a claim is separated when the means differ by more than the two sample
-    standard deviations together, and needs 3 seeds a side; from rows as the runner writes them."""
+def test_claims_verdicts_against_the_spread_and_the_tests_written_out(tmp_path):
+    """scripts/claims.py: separated when the means differ by more than the two sample standard
+    deviations together (descriptive), 3 seeds a side; beside it Welch's t test for independent runs
+    and a paired one for the same checkpoints, against their formulas written out; from rows as the
+    runner writes them; two runs of one seed refused."""
+    from scipy import stats
+
     from fairseq_alibi_lab import claims
-    verdict = claims.verdict
+
+    def seeds(*values, run="x"):
+        return {f"{run}-s{i}": v for i, v in enumerate(values, 1)}
+
+    def verdict(a, b, relation):
+        return claims.compare(seeds(*a, run="a"), seeds(*b, run="b"), relation)[2]
+
     assert verdict([1, 2, 3], [10, 11, 12], "lower") == "supported"  # |diff| 9 > 1 + 1
     assert verdict([10, 11, 12], [1, 2, 3], "lower") == "refuted"
     assert verdict([1, 2, 3], [2.9, 3.0, 3.1], "lower") == "not separated"  # |diff| 1 <= 1 + 0.1
     assert verdict([1, 2, 3], [3.1, 3.2, 3.3], "lower") == "supported"  # 1.2 > 1.1
     assert verdict([2.9, 3.0, 3.1], [1, 2, 3], "at most") == "supported (not separated)"
     assert verdict([10, 11, 12], [1, 2, 3], "at most") == "refuted"
-    assert verdict([1, 2], [10, 11, 12], "lower") == "fewer than 3 seeds"
+    assert verdict([1, 2], [10, 11, 12], "lower").startswith("no verdict (n = 2 and 3")
+    rule, _, _ = claims.compare(seeds(1, 2, 3, run="a"), seeds(3.1, 3.2, 3.3, run="b"), "lower")
+    assert rule == "separated by the seeds' spread"
 
-    def row(label, seed, l_valid, ppl, stride="0", scaling="none"):
+    # Welch: t = (ma - mb) / sqrt(va/na + vb/nb), Welch-Satterthwaite degrees of freedom.
+    a, b = [200.1, 201.3, 199.8], [205.2, 205.9, 204.1]
+    ma, mb = sum(a) / 3, sum(b) / 3
+    va, vb = (sum((x - ma) ** 2 for x in a) / 2), (sum((x - mb) ** 2 for x in b) / 2)
+    t = (ma - mb) / ((va / 3 + vb / 3) ** 0.5)
+    df = (va / 3 + vb / 3) ** 2 / ((va / 3) ** 2 / 2 + (vb / 3) ** 2 / 2)
+    p = 2 * stats.t.sf(abs(t), df)
+    assert claims.compare(seeds(*a, run="a"), seeds(*b, run="b"), "lower")[1] == f"Welch t, p = {p:.2g}"
+    # Paired: the same checkpoints at two lengths; t of the differences, n - 1 degrees of freedom.
+    d = [x - y for x, y in zip(a, b)]
+    md = sum(d) / 3
+    t = md / ((sum((x - md) ** 2 for x in d) / 2) ** 0.5 / 3 ** 0.5)
+    p = 2 * stats.t.sf(abs(t), 2)
+    assert claims.compare(seeds(*a), seeds(*b), "lower")[1] == f"paired t, p = {p:.2g}"
+
+    def row(label, seed, l_valid, ppl, stride="0", run=""):
         return {"model": "m", "label": label, "split": "valid", "train_length": 64, "seed": seed,
-                "checkpoint": f"{label}-s{seed}", "l_valid": l_valid, "perplexity": ppl, "stride_rule": stride,
-                "stride": 0, "scaling": scaling}
+                "checkpoint": f"{label}{run}-s{seed}", "l_valid": l_valid, "perplexity": ppl, "stride_rule": stride,
+                "stride": 0, "scaling": "none"}
 
     rows = [row("FIRE", s, lv, 100 + s + (0 if lv == 64 else 50)) for s in (1, 2, 3) for lv in (64, 1024)]
     rows += [row("ALiBi", s, lv, 100 + s) for s in (1, 2, 3) for lv in (64, 1024)]
@@ -563,8 +591,18 @@ def test_claims_verdicts_against_the_spread_written_out(tmp_path):
     text = claims.table(results.load([str(path)]), [claims.Claim("FIRE beats ALiBi", ("FIRE", 16), ("ALiBi", 16), "lower")])
     nonoverlapping, sliding = text.splitlines()[2:]
     assert "FIRE at 1024: 152.00 ± 1.00 (n=3)" in nonoverlapping and "ALiBi at 1024: 102.00 ± 1.00 (n=3)" in nonoverlapping
-    assert nonoverlapping.endswith("| refuted |")
-    assert "FIRE at 1024: not scored" in sliding and sliding.endswith("| fewer than 3 seeds |")
+    p = 2 * stats.t.sf(50 / (1 / 3 + 1 / 3) ** 0.5, 4)  # means 50 apart, stds 1, equal: 4 degrees of freedom
+    assert nonoverlapping.endswith(f"| separated by the seeds' spread | Welch t, p = {p:.2g} | refuted |")
+    assert "FIRE at 1024: not scored" in sliding and "| no verdict (n = 0 and 2" in sliding
+    # Another run of the same seeds in the same file is not three more seeds.
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + [row("ALiBi", 1, 1024, 99, run="-again")]))
+    answer = subprocess.run([sys.executable, "scripts/claims.py", str(path)], cwd=REPO, capture_output=True, text=True)
+    assert answer.returncode != 0 and answer.stderr.strip().splitlines() == [
+        "error: the rows hold two runs of ALiBi, seed 1 (ALiBi-s1 and ALiBi-again-s1): a verdict counts one run per seed; "
+        "give the rows of one run"], answer.stderr
+    answer = subprocess.run([sys.executable, "scripts/claims.py", str(tmp_path / "r.jsonl"), "--compare", "ALiBi", "FIRE@16"],
+                            cwd=REPO, capture_output=True, text=True)
+    assert answer.returncode != 0 and "--compare takes cells as LABEL@K" in answer.stderr
 
 
 def test_one_flag_reader_keeps_what_argparse_keeps():
