@@ -18,6 +18,7 @@ setup(
         # without it, on every start of every tool.
         "tensorboardX",
         "sacremoses",  # raw text in and out of the hub interface (tokenizer="moses")
+        "scipy",  # the t tests beside the claims' verdicts (fairseq_alibi_lab/claims.py)
     ],
     # pytest-xdist: make test runs the suite on every core.
     # hf: export to and import from Hugging Face (fairseq_alibi/hf/), and lm-eval on exported models.
