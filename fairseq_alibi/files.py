@@ -82,8 +82,14 @@ def append_lines(path, lines):
     existed = os.path.exists(path)
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "a") as f:
-            f.write("".join(line + "\n" for line in lines))
+        with open(path, "a+b") as f:
+            # A last line cut short (an interrupted write) is ended first: the new rows stay whole
+            # (the cut line is left as it is, skipped by read_rows).
+            cut = False
+            if f.seek(0, os.SEEK_END):
+                f.seek(-1, os.SEEK_END)
+                cut = f.read(1) != b"\n"
+            f.write((("\n" if cut else "") + "".join(line + "\n" for line in lines)).encode())
     except OSError as e:
         if not existed and os.path.isfile(path) and os.path.getsize(path) == 0:
             os.remove(path)  # ours, and empty: no empty OUT left behind
@@ -113,11 +119,78 @@ def stride(rule, l_valid):
     return int(rule), rule
 
 
-def measurement(label, checkpoint, updates, l_valid, stride_rule, scaling, split):
-    """What one measurement is, the key a results row is found by (row_key)."""
-    return (label or None, checkpoint, updates, l_valid, stride_rule, scaling or "none", split)
+def measurement(label, checkpoint, updates, l_valid, stride_rule, scaling, split, overrides=None):
+    """What one measurement is, the key a results row is found by (row_key); overrides: the
+    scoring's own --model-overrides (overrides_text)."""
+    return (label or None, checkpoint, updates, l_valid, stride_rule, scaling or "none", split, overrides)
 
 
 def row_key(row):
     return measurement(row.get("label"), row.get("checkpoint"), row.get("updates"), row["l_valid"],
-                       row.get("stride_rule"), row.get("scaling"), row["split"])
+                       row.get("stride_rule"), row.get("scaling"), row["split"], row.get("model_overrides"))
+
+
+def overrides_text(overrides):
+    """A scoring's --model-overrides (a dict, or its text) as rows record it: the dict's items in
+    sorted order, None for none."""
+    import ast
+
+    if isinstance(overrides, str):
+        overrides = ast.literal_eval(overrides) if overrides.strip() else {}
+    return repr(dict(sorted(overrides.items()))) if overrides else None
+
+
+class Measured:
+    """The measurements a results file holds, for "is it done?" (`key in measured`, key a
+    measurement()). Rows written before scorings recorded their overrides stand for any."""
+
+    def __init__(self, rows):
+        self.keys = {row_key(r) for r in rows}
+        self.older = {row_key(r)[:-1] for r in rows if "model_overrides" not in r}
+
+    def __contains__(self, key):
+        return key in self.keys or key[:-1] in self.older
+
+
+# What identifies the things a row measured, beyond its measurement's key: the checkpoint file's
+# and the data's contents (fingerprint). Rows written before these were recorded carry neither.
+# (The runner's rows add the training flags they were trained with: identity_problem reads any.)
+IDENTITY = ("checkpoint_sha256", "data_sha256")
+_fingerprints = {}
+
+
+def fingerprint(*paths):
+    """The first 16 hex digits of the sha256 of the files' contents, in order (cached per file
+    size and modification time)."""
+    import hashlib
+
+    stamp = tuple((p, os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths)
+    if stamp not in _fingerprints:
+        digest = hashlib.sha256()
+        for path in paths:
+            with open(path, "rb") as f:
+                while block := f.read(1 << 22):
+                    digest.update(block)
+        _fingerprints[stamp] = digest.hexdigest()[:16]
+    return _fingerprints[stamp]
+
+
+def data_fingerprint(data, split):
+    """The fingerprint of a binarized data directory's dictionary and split."""
+    return fingerprint(*(os.path.join(data, name) for name in ("dict.txt", f"{split}.idx", f"{split}.bin")))
+
+
+def identity_problem(rows, checkpoint, identity, out):
+    """None if no row of `checkpoint` in `rows` records an identity (IDENTITY fields) other than
+    `identity`'s (a field None there, or absent from a row, is not compared), else one line: the
+    rows are of another file or other data, and are neither reused nor mixed with new ones."""
+    for row in rows:
+        if row.get("checkpoint") != checkpoint:
+            continue
+        for name, now in identity.items():
+            if now is not None and row.get(name) not in (None, now):
+                what = {"checkpoint_sha256": "scored on another checkpoint file at that path",
+                        "data_sha256": "scored on other data", "train_flags": "trained with other --train-flags"}[name]
+                return (f"{out} holds rows of {checkpoint} {what} ({name} {row[name]!r}, now {now!r}): they are "
+                        f"not this run's; move them out of {out}, or give another output")
+    return None

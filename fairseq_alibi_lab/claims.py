@@ -19,7 +19,6 @@ Prints the Markdown table (and writes it to --out if given).
 """
 import argparse
 import dataclasses
-import os
 from fairseq_alibi_lab import results
 from fairseq_alibi_lab.results import written_whole
 

@@ -154,14 +154,23 @@ def score(scorings, data, split="valid", extra=(), resume=False):
     """Check every scoring (before anything is appended anywhere), then score them all in one process.
     With resume, a measurement already in its output file (files.row_key) is not made again.
     Returns how many measurements were made."""
-    done = {out: {files.row_key(r) for r in files.read_rows(out)} if resume else set()
-            for out in dict.fromkeys(s.out for s in scorings)}
+    fields = json.loads(os.environ.get("ROW_FIELDS") or "{}")  # eval.sh has checked it is an object
+    if set(fields) & set(MEASURED):
+        fail(f"ROW_FIELDS may add fields to the rows, not replace what they measure: drop "
+             f"{', '.join(sorted(set(fields) & set(MEASURED)))}")
+    rows = {out: files.read_rows(out) if resume else [] for out in dict.fromkeys(s.out for s in scorings)}
+    done = {out: files.Measured(out_rows) for out, out_rows in rows.items()}
     planned = []
     for s in scorings:
         name, train_length, has_scaling, updates, seed, user, positions_end = trained(s.checkpoint, s.user_overrides)
         problem = dictionaries.check(s.checkpoint, data)  # after the kind: that says more
         if problem:
             fail(problem)
+        identity = {"checkpoint_sha256": files.fingerprint(s.checkpoint), "data_sha256": files.data_fingerprint(data, split)}
+        problem = files.identity_problem(rows[s.out], s.checkpoint, identity, s.out)
+        if problem:
+            fail(problem)
+        overrides = files.overrides_text(user)
         check_scalings(s.checkpoint, name, has_scaling, s.scalings)
         jobs, skipped = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor, positions_end)
         if not jobs:
@@ -169,13 +178,15 @@ def score(scorings, data, split="valid", extra=(), resume=False):
         for why in skipped:
             print(f"skipping: {why}", file=sys.stderr)
         jobs = [job for job in jobs  # job: L_valid, stride, its rule, context, scaling, ...
-                if files.measurement(s.label, s.checkpoint, updates, job[0], job[2], job[4], split) not in done[s.out]]
+                if files.measurement(s.label, s.checkpoint, updates, job[0], job[2], job[4], split, overrides)
+                not in done[s.out]]
         if jobs:
-            planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show))
+            planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show,
+                            dict(identity, model_overrides=overrides)))
     for out in done:  # every checkpoint checked: now the files
         files.require_appendable(out)
     if planned:
-        evaluate(planned, data, split, list(extra))
+        evaluate(planned, data, split, list(extra), fields)
     return sum(len(jobs) for jobs, *_ in planned)
 
 
@@ -187,7 +198,13 @@ def main():
                    scaling_factor, user_overrides)], data, split, extra)
 
 
-def evaluate(planned, data, split, extra):
+# What a row measures and records of its own (score() refuses ROW_FIELDS naming one of them).
+MEASURED = ("checkpoint", "label", "model", "train_length", "updates", "split", "l_valid", "stride", "stride_rule",
+            "scaling", "scaling_factor", "loss_base2", "perplexity", "tokens", "seconds", "tokens_per_s", "seed",
+            "commit", "machine", "model_overrides", "eval_flags", *files.IDENTITY)
+
+
+def evaluate(planned, data, split, extra, fields):
     # fairseq logs (and warns) to the console; keep each evaluation's log for an error message
     # instead. Set up before importing fairseq, whose CLI modules configure logging on import.
     log = io.StringIO()
@@ -204,8 +221,7 @@ def evaluate(planned, data, split, extra):
     import fairseq_alibi.plugin  # noqa: F401
 
     append_lines = files.append_lines
-    recorded = {"commit": provenance.commit(), "machine": provenance.machine(),
-                **json.loads(os.environ.get("ROW_FIELDS") or "{}")}
+    recorded = {"commit": provenance.commit(), "machine": provenance.machine(), "eval_flags": " ".join(extra) or None}
 
     # Tokens scored: every token of the split once, whatever the window (what fairseq counts too).
     dictionary = Dictionary.load(os.path.join(data, "dict.txt"))
@@ -216,7 +232,7 @@ def evaluate(planned, data, split, extra):
     if longest > tokens:  # fairseq would score the whole split as one shorter block, labelled L_valid
         sys.exit(f"error: L_valid {longest} is longer than the {split} split ({tokens} tokens): nothing recorded; "
                  f"use lengths up to {tokens}")
-    for jobs, checkpoint, out, label, model_name, train_length, updates, seed, user_overrides, show in planned:
+    for jobs, checkpoint, out, label, model_name, train_length, updates, seed, user_overrides, show, identity in planned:
         for l_valid, stride, stride_rule, context, scaling, factor, overrides in jobs:
             overrides = str({**overrides, **user_overrides})
             log.seek(0)
@@ -253,7 +269,7 @@ def evaluate(planned, data, split, extra):
                 "updates": updates, "split": split, "l_valid": l_valid, "stride": stride,
                 "stride_rule": stride_rule, "scaling": scaling, "scaling_factor": factor if scaling != "none" else None,
                 "loss_base2": loss, "perplexity": perplexity, "tokens": tokens, "seconds": round(seconds, 2),
-                "tokens_per_s": tokens / seconds, "seed": seed, **recorded,
+                "tokens_per_s": tokens / seconds, "seed": seed, **recorded, **identity, **fields,
             })
             append_lines(out, [row])
             if show:

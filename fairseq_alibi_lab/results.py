@@ -40,6 +40,8 @@ def method_name(row):
     """The row's label: eval.sh's LABEL if given, else the method; + its inference-time scaling."""
     model = row["model"]
     method = row.get("label") or next((name for prefix, name in METHODS.items() if model.startswith(prefix)), model)
+    if not row.get("label") and row.get("model_overrides"):  # a model changed at scoring is not the model
+        method += f" {row['model_overrides']}"
     scaling = SCALINGS[row.get("scaling") or "none"]
     return method if method.endswith(scaling) else method + scaling
 
@@ -106,11 +108,21 @@ def load(paths):
 
 def keyed(rows):
     """{(split, stride rule, label, train L, seed, checkpoint, l_valid): perplexity} of rows; the
-    last of a configuration wins."""
-    out = {}
+    last of a configuration wins. Two rows of one cell scored with other --model-overrides or on
+    other data are two measurements, not a rerun: refused, with the fix."""
+    out, scored = {}, {}
     for r in rows:
         stride = r.get("stride_rule") or str(r["stride"])  # "L_valid/2": one table
-        out[(r["split"], stride, method_name(r), r["train_length"], r.get("seed"), r["checkpoint"], r["l_valid"])] = r["perplexity"]
+        key = (r["split"], stride, method_name(r), r["train_length"], r.get("seed"), r["checkpoint"], r["l_valid"])
+        for field, what in (("model_overrides", "--model-overrides"), ("data_sha256", "data")):
+            if field not in r:  # a row older than the field: nothing to compare
+                continue
+            other = scored.setdefault((key, field), r[field])
+            if other != r[field]:
+                raise SystemExit(f"error: the rows hold {key[2]} of {r['checkpoint']} at L_valid {r['l_valid']} twice, "
+                                 f"scored with other {what} ({other} and {r[field]}): give each scoring its own LABEL "
+                                 "(or its own results file)")
+        out[key] = r["perplexity"]
     return out
 
 

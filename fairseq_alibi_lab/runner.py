@@ -41,8 +41,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi import checkpoints, files, methods, provenance  # noqa: E402  (no fairseq import)
 from fairseq_alibi_lab import exact_match, recipes, results, synthetic_table  # noqa: E402
-append_lines, read_rows, row_key, measurement, stride_of = (
-    getattr(files, name) for name in ("append_lines", "read_rows", "row_key", "measurement", "stride"))
+append_lines, read_rows, measurement, stride_of = (
+    getattr(files, name) for name in ("append_lines", "read_rows", "measurement", "stride"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,7 +291,8 @@ class Runner:
         self.models = [m for m in experiment.models if not args.models or set(names(m)) & set(args.models)]
         self.lengths = sorted({lv for m in self.models for lv in self.model_lengths(m)})  # the floor's, the tables'
         self.results = os.path.join(self.out, "results.jsonl")
-        self.fields = json.dumps({"experiment": name, "recipe": experiment.recipe})
+        # What every row records of the run; train_flags also keys "already done" (identity_problem).
+        self.fields = json.dumps({"experiment": name, "recipe": experiment.recipe, "train_flags": shlex.join(args.train_flags)})
 
     def train_length(self, model):
         return model.train_multiple * self.length
@@ -421,11 +422,25 @@ class Runner:
         if self.seq2seq:
             done = exact_match.scored_buckets(read_rows(self.results), model.label, checkpoint, updates)
             return {model.label: [bucket for bucket in self.buckets if bucket not in done]}
-        done = {row_key(r) for r in read_rows(self.results)}
+        rows = read_rows(self.results)
+        problem = files.identity_problem(rows, checkpoint, self.identity(model, checkpoint), self.results)
+        if problem:
+            raise SystemExit(f"error: {problem} (--out)")
+        done = files.Measured(rows)
         return {label: [(scaling, l_valid, stride) for scaling, l_valid, stride in self.evaluations(model)
                         if measurement(label, checkpoint, updates, l_valid, stride_of(stride, l_valid)[1], scaling,
-                                       self.experiment.split) not in done]
-                for label, _ in self.scorings(model)}
+                                       self.experiment.split, files.overrides_text(flags[1]) if flags else None) not in done]
+                for label, flags in self.scorings(model)}
+
+    def identity(self, model, checkpoint):
+        """What rows of checkpoint must record to be this run's (files.identity_problem): the file now
+        at its path, the data, the training flags (a shared model's are its own experiment's)."""
+        identity = {"checkpoint_sha256": files.fingerprint(checkpoint) if os.path.isfile(checkpoint) else None,
+                    "data_sha256": None, "train_flags": None if model.shared else shlex.join(self.args.train_flags)}
+        data = getattr(self, "data", None)  # set by run(); --tables has none
+        if data and not self.masked and os.path.isfile(os.path.join(data, f"{self.experiment.split}.idx")):
+            identity["data_sha256"] = files.data_fingerprint(data, self.experiment.split)
+        return identity
 
     def scored_elsewhere(self, model, seed):
         """Every row of (model, seed) at the declared updates is in the results, but its checkpoint is
@@ -473,14 +488,17 @@ class Runner:
 
     def tabulate(self):
         """Tables and figures from the rows of the declared runs at the declared updates (earlier
-        rows, of other recipes or runs, stay in the file but not in the tables)."""
-        updates = {self.checkpoint(m, s): self.model_updates(m) for m in self.models for s in self.seeds}
+        rows, of other recipes or runs, stay in the file but not in the tables): every declared
+        model's and seed's, whatever part of them this invocation ran (--models, --seeds)."""
+        models, seeds = self.experiment.models, sorted({*self.experiment.seeds, *self.seeds})
+        lengths = {lv for m in models for lv in self.model_lengths(m)}
+        updates = {self.checkpoint(m, s): self.model_updates(m) for m in models for s in seeds}
         if self.seq2seq:  # exact match per task and size bucket (examples/synthetic/table.py)
             rows = [r for r in read_rows(self.results) if r.get("checkpoint") in updates and r.get("updates") == updates[r["checkpoint"]]]
             return synthetic_table.write_table(rows, self.out) if rows else ""
         rows = [r for r in read_rows(self.results)
                 if (r.get("model") == "unigram" or (r.get("checkpoint") in updates and r.get("updates") == updates[r["checkpoint"]]))
-                and r["l_valid"] in self.lengths]
+                and r["l_valid"] in lengths]
         table_rows = results.keyed(rows)  # the last measurement of a configuration wins
         if not table_rows:
             return ""
@@ -531,6 +549,10 @@ class Runner:
             printed = self.tabulate()
         except KeyboardInterrupt:
             append_lines(invocations, [json.dumps(dict(record, event="stopped", wall_s=round(time.time() - start, 1)))])
+            raise
+        except SystemExit as refusal:  # a refusal or a failed job: its line, so that no "started" stands alone
+            append_lines(invocations, [json.dumps(dict(record, event="failed", wall_s=round(time.time() - start, 1),
+                                                       why=(str(refusal.code).strip().splitlines() or [""])[-1]))])
             raise
         append_lines(invocations, [json.dumps(dict(record, event="finished", wall_s=round(time.time() - start, 1)))])
         print(printed)
@@ -740,6 +762,11 @@ def main():
     if args.task_flags and experiment.recipe != "synthetic":
         p.error(f"--task-flags is for the synthetic tasks, not {args.name}: leave it out")
     args.train_flags, args.task_flags = shlex.split(args.train_flags), shlex.split(args.task_flags)
+    # A model is its declaration: flags that make another one would be trained and tabulated under its label.
+    declared = [f for f in args.train_flags if f.split("=")[0] in ("--arch", "--user-dir", "--task", "--tokens-per-sample")]
+    if declared:
+        p.error(f"--train-flags may not set {', '.join(declared)}: each model's architecture, task and L are its "
+                "declaration's (use --train-length for L, or declare another experiment)")
     # Paths given are the caller's; defaults (runs/, checkpoints/, data-bin/) are the repository's.
     # Those inside the repository are kept relative to it, as the defaults are: rows name the same
     # checkpoint whichever way it was given, and no machine's paths.

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from conftest import REPO, TOY, USER_DIR, run, snapshot
+from fairseq_alibi import files
+from fairseq_alibi_lab import results
 
 pytestmark = pytest.mark.slow
 
@@ -209,13 +211,41 @@ def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slic
     shutil.rmtree(out / "parts")
     run([*command, "--parallel", "2"])
     assert len((out / "results.jsonl").read_text().splitlines()) == len(rows)  # a score again differs (its time)
+    # A part of the run (one seed) rebuilds the tables of the whole, never of its part.
+    run([*command[:command.index("--seeds")], "--seeds", "1", *command[command.index("--seeds") + 3:], "--tables"])
+    assert (out / "table_valid_stride0.md").read_text() == table
+    # Rows of another checkpoint file at the same path (retrained since) are not this one's: refused.
+    target = checkpoints / "alibi-L16-s1" / "checkpoint_last.pt"
+    kept = target.read_bytes()
+    state = torch.load(target, map_location="cpu", weights_only=False)
+    state["model"]["decoder.layers.0.fc1.bias"] += 1
+    torch.save(state, target)
+    replaced = subprocess.run([sys.executable, "scripts/experiment.py", "comparison", *map(str, command[1:])], cwd=REPO,
+                              capture_output=True, text=True)
+    assert replaced.returncode == 1 and "scored on another checkpoint file at that path" in replaced.stderr.splitlines()[-1]
+    target.write_bytes(kept)
     # On a machine without the checkpoints (the rows kept in git), the scored runs are not trained again.
     shutil.rmtree(checkpoints)
     elsewhere = run(command)
     assert elsewhere.count("already scored") == 2 and not checkpoints.exists()
     assert len((out / "results.jsonl").read_text().splitlines()) == len(rows)
+    # ... but not for other data (the same dictionary, another validation split), nor other training flags.
+    other = tmp_path / "other-data"
+    shutil.copytree(wt2_slice, other)
+    for suffix in (".bin", ".idx"):
+        shutil.copy(other / f"test{suffix}", other / f"valid{suffix}")
+    for changed, why in (([*command[:2], other, *command[3:]], "scored on other data"),
+                         ([*command[:-1], command[-1] + " --lr 0.1"], "trained with other --train-flags")):
+        refused = subprocess.run([sys.executable, "scripts/experiment.py", "comparison", *map(str, changed[1:])], cwd=REPO,
+                                 capture_output=True, text=True)
+        assert refused.returncode == 1 and why in refused.stderr.strip().splitlines()[-1], refused.stderr[-1000:]
+    assert len((out / "results.jsonl").read_text().splitlines()) == len(rows) and not checkpoints.exists()
+    arch = subprocess.run([sys.executable, "scripts/experiment.py", "comparison", *map(str, command[1:-1]),
+                           "--arch rotary_transformer_lm_small"], cwd=REPO, capture_output=True, text=True)
+    assert arch.returncode == 2 and "--train-flags may not set --arch" in arch.stderr
     provenance = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
-    assert [p["event"] for p in provenance] == ["started", "finished"] * 4
+    assert [p["event"] for p in provenance] == ["started", "finished"] * 3 + ["started", "failed", "started", "finished"] + [
+        "started", "failed"] * 2
     assert all(p["command"].startswith("python scripts/experiment.py comparison") for p in provenance)
     assert all(p["started"] == p2["started"] and p2["wall_s"] > 0 for p, p2 in zip(provenance[::2], provenance[1::2]))
 
@@ -385,7 +415,7 @@ def eval_script(*args, env=None):
                                   "stride_negative", "stride_over_0", "factor_abc", "no_such_split", "nan_weights",
                                   "context_window_flag", "unknown_flag", "bad_override_value", "fairseq_failure",
                                   "longer_than_the_split", "out_is_a_directory", "every_stride_longer_than_the_length",
-                                  "row_fields_not_an_object"])
+                                  "row_fields_not_an_object", "row_fields_replacing_a_measurement"])
 def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpoint, wt2_slice, tmp_path):
     out = tmp_path / "r.jsonl"
     checkpoint = toy_checkpoint
@@ -411,6 +441,8 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
         env = {"SPLIT": "dev"}
     elif case == "row_fields_not_an_object":
         env = {"ROW_FIELDS": "[1]"}
+    elif case == "row_fields_replacing_a_measurement":
+        env = {"ROW_FIELDS": '{"perplexity": 1.0, "experiment": "mine"}'}
     elif case == "context_window_flag":  # at least as long as the window: fairseq would crash
         args += ["0", "--", "--context-window", "40"]
     elif case == "unknown_flag":
@@ -440,6 +472,8 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
         assert "nothing to score" in last and "stride 64 > L_valid 32" in last
     if case == "row_fields_not_an_object":
         assert last.startswith("error: ROW_FIELDS must be a JSON object") and last.endswith("got '[1]'")
+    if case == "row_fields_replacing_a_measurement":
+        assert last == "error: ROW_FIELDS may add fields to the rows, not replace what they measure: drop perplexity"
 
 
 def score_many(scorings, data):
@@ -525,6 +559,14 @@ def test_eval_script_checks_and_merges_model_overrides(toy_checkpoint, wt2_slice
     assert plain.returncode == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows[0]["scaling_factor"] == 2.0 and rows[0]["perplexity"] == rows[1]["perplexity"]
+    # What each row scored: the checkpoint file's and the data's fingerprints, the scoring's own overrides.
+    assert {r["checkpoint_sha256"] for r in rows} == {files.fingerprint(toy_checkpoint)}
+    assert {r["data_sha256"] for r in rows} == {files.data_fingerprint(wt2_slice, "valid")}
+    assert [r["model_overrides"] for r in rows] == ["{'alibi_attention': 'sdpa'}", None]
+    # Two scorings, not a rerun: unlabelled they are two table rows; under one label, refused.
+    assert {k[2] for k in results.keyed(rows)} == {"ALiBi + NTK", "ALiBi {'alibi_attention': 'sdpa'} + NTK"}
+    with pytest.raises(SystemExit, match="scored with other --model-overrides .* give each scoring its own LABEL"):
+        results.keyed([dict(r, label="ALiBi") for r in rows])
 
 
 def test_results_script_names_a_truncated_line(toy_checkpoint, wt2_slice, tmp_path):
