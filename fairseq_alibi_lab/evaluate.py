@@ -150,11 +150,12 @@ class Scoring:
     show: bool = True  # print each row as well as appending it
 
 
-def score(scorings, data, split="valid", extra=(), resume=False):
+def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
     """Check every scoring (before anything is appended anywhere), then score them all in one process.
     With resume, a measurement already in its output file (files.row_key) is not made again.
-    Returns how many measurements were made."""
-    fields = json.loads(os.environ.get("ROW_FIELDS") or "{}")  # eval.sh has checked it is an object
+    fields: added to every row (else $ROW_FIELDS's). Returns how many measurements were made."""
+    if fields is None:
+        fields = json.loads(os.environ.get("ROW_FIELDS") or "{}")  # eval.sh has checked it is an object
     if set(fields) & set(MEASURED):
         fail(f"ROW_FIELDS may add fields to the rows, not replace what they measure: drop "
              f"{', '.join(sorted(set(fields) & set(MEASURED)))}")

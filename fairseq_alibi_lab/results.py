@@ -50,6 +50,24 @@ def method_name(row):
 FIELDS = ("model", "split", "train_length", "checkpoint", "l_valid", "perplexity")
 
 
+# What every committed result row says of itself (tests/test_rebuild.py checks each): what it is
+# (label), which training (seed), of which experiment, trained how (its recipe, or the command
+# itself where a sweep changed the recipe), by which code on which machine. The floor's rows
+# (model "unigram") train nothing: they need no seed, recipe or command. The threads a training
+# ran with are in its invocation's record (the runner's runs.jsonl, a results README).
+ROW_IDENTITY = ("label", "seed", "experiment", "commit", "machine")
+ROW_TRAINING = ("recipe", "command")  # one of them at least
+
+
+def identity_missing(row):
+    """The ROW_IDENTITY fields a result row lacks (or holds empty), and ROW_TRAINING's if it has none."""
+    floor = row.get("model") == "unigram"
+    missing = [name for name in ROW_IDENTITY if row.get(name) in (None, "") and not (floor and name == "seed")]
+    if not floor and not any(row.get(name) for name in ROW_TRAINING):
+        missing.append(" or ".join(ROW_TRAINING))
+    return missing
+
+
 def read_json_lines(path, fields=FIELDS, writer="scripts/eval.sh (or eval_mlm.py)"):
     """The rows of a JSON-lines results file, each with `fields` (written by `writer`); one line of
     error for a line that is not such a row."""

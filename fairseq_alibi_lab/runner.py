@@ -496,9 +496,12 @@ class Runner:
         if self.seq2seq:  # exact match per task and size bucket (examples/synthetic/table.py)
             rows = [r for r in read_rows(self.results) if r.get("checkpoint") in updates and r.get("updates") == updates[r["checkpoint"]]]
             return synthetic_table.write_table(rows, self.out) if rows else ""
-        rows = [r for r in read_rows(self.results)
+        every = read_rows(self.results)
+        rows = [r for r in every
                 if (r.get("model") == "unigram" or (r.get("checkpoint") in updates and r.get("updates") == updates[r["checkpoint"]]))
                 and r["l_valid"] in lengths]
+        if self.args.tables and len(rows) < len(every):  # said, never dropped unseen
+            print(left_out([r for r in every if r not in rows], updates, lengths, self.name), flush=True)
         table_rows = results.keyed(rows)  # the last measurement of a configuration wins
         if not table_rows:
             return ""
@@ -634,6 +637,21 @@ class Runner:
     def merge(self, part_results):
         """Append a part's model rows that OUT/results.jsonl does not hold yet (the floor is OUT's own)."""
         append_new(self.results, [r for r in read_rows(part_results) if r.get("model") != "unigram"])
+
+
+def left_out(rows, updates, lengths, name):
+    """One line: how many rows a table leaves out, and why (with an example of each)."""
+    why = {}
+    for r in rows:
+        if r.get("model") != "unigram" and r.get("checkpoint") not in updates:
+            reason, example = f"of checkpoints {name} does not declare here (another --checkpoints?)", r.get("checkpoint")
+        elif r.get("model") != "unigram" and r.get("updates") != updates[r["checkpoint"]]:
+            reason, example = "at other updates than declared", r.get("updates")
+        else:
+            reason, example = "at lengths not declared", r["l_valid"]
+        why.setdefault(reason, [0, example])[0] += 1
+    return f"left out of the tables: {len(rows)} rows: " + "; ".join(
+        f"{n} {reason}, e.g. {example}" for reason, (n, example) in why.items())
 
 
 def append_new(path, rows):

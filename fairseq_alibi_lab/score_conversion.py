@@ -35,6 +35,8 @@ def checkpoint_at(save_dir, updates, every):
     return found[0]
 
 
+# What every row of the conversion records of it (results.ROW_IDENTITY): convert.sh trains the small preset.
+FIELDS = {"experiment": "conversion", "recipe": "small"}
 SPARSE = 4  # the from-scratch run before the fine-tuning window: one kept checkpoint in SPARSE scored
 
 
@@ -107,10 +109,11 @@ def main():
           f"checkpoints at L = {args.length} (the recovery curve: every {args.every} updates, "
           f"ALiBi from scratch every {SPARSE * args.every} before {args.updates}); "
           f"what {args.out} already holds is kept", flush=True)
-    made = evaluate.score(scorings, args.data, resume=True)
+    made = evaluate.score(scorings, args.data, resume=True, fields=FIELDS)
     print(f"== {made} measurements made", flush=True)
     subprocess.run([sys.executable, os.path.join(REPO, "scripts", "unigram.py"), args.data, results,  # the floor
-                    "--lengths", args.lengths, "--strides", args.strides], check=True)  # (the rows it lacks)
+                    "--lengths", args.lengths, "--strides", args.strides, "--fields", json.dumps(FIELDS)],
+                   check=True)  # (the rows it lacks)
 
 
 if __name__ == "__main__":

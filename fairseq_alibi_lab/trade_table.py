@@ -16,6 +16,7 @@ training length's effect from the batch's; the trade's "sequences per update fix
 control at L (trained with --update-freq) fill the rows below the recipe's.
 """
 import argparse
+import csv
 import json
 import os
 import sys
@@ -26,29 +27,69 @@ from fairseq_alibi_lab.results import cell, mean_std, per_run, read_json_lines, 
 from fairseq_alibi_lab.recipes import RUN_FLAGS  # noqa: E402
 
 
-def training_cost(checkpoint):
+# Each training's cost and batch, kept beside the results (the checkpoints, and the files beside
+# them, do not travel): rebuilt from those files where present, read from here where not.
+RECORD = "training-resources.csv"
+COLUMNS = ("run", "seconds", "peak_mib", "exit", "calls", "resumed", "tokens_per_update")
+
+
+def measured(checkpoint):
+    """What the files beside checkpoint say of its training: its cost (resources.jsonl, the longest
+    call) and its tokens per update (RUN_FLAGS); {} where they are gone."""
+    record = {}
     path = os.path.join(os.path.dirname(checkpoint), "resources.jsonl")
-    if not os.path.exists(path):
-        return None
-    everything = list(read_json_lines(path, ("exit", "seconds", "peak_mib"), "scripts/measure.py"))
-    calls = [c for c in everything if c["exit"] == 0] or everything
-    longest = max(calls, key=lambda c: c["seconds"])
-    resumed = sum(c["seconds"] > RESUMED_IF_LONGER for c in calls) > 1
-    return {"seconds": longest["seconds"], "peak_mib": longest["peak_mib"], "resumed": resumed}
+    if os.path.exists(path):
+        everything = list(read_json_lines(path, ("exit", "seconds", "peak_mib"), "scripts/measure.py"))
+        calls = [c for c in everything if c["exit"] == 0] or everything
+        longest = max(calls, key=lambda c: c["seconds"])
+        record.update(seconds=round(longest["seconds"], 1), peak_mib=round(longest["peak_mib"], 1), exit=longest["exit"],
+                      calls=len(everything), resumed=int(sum(c["seconds"] > RESUMED_IF_LONGER for c in calls) > 1))
+    path = os.path.join(os.path.dirname(checkpoint), RUN_FLAGS)
+    if os.path.exists(path):
+        with open(path) as f:
+            flags = json.load(f)
+        record["tokens_per_update"] = int(flags["--max-tokens"]) * int(flags.get("--update-freq") or 1)
+    return record
 
 
-def costs(checkpoints):
+def training_records(checkpoints, out):
+    """{run (its checkpoint's folder): record}: OUT/RECORD's, updated from the files beside each
+    checkpoint where they are (measured), and written back."""
+    path = os.path.join(out, RECORD)
+    records = {}
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                records[row["run"]] = {k: (float(v) if k in ("seconds", "peak_mib") else int(v)) for k, v in row.items()
+                                       if k != "run" and v not in ("", None)}
+    for checkpoint in sorted(checkpoints):
+        run = os.path.basename(os.path.dirname(checkpoint))
+        records[run] = {**records.get(run, {}), **measured(checkpoint)}
+    known = {run: record for run, record in records.items() if record}
+    if known:
+        os.makedirs(out, exist_ok=True)
+        with written_whole(path) as partial, open(partial, "w") as f:
+            lines = [",".join([run, *(str(record.get(k, "")) for k in COLUMNS[1:])]) for run, record in sorted(known.items())]
+            f.write("\n".join([",".join(COLUMNS), *lines]) + "\n")
+    return known
+
+
+def record(records, checkpoint):
+    return records.get(os.path.basename(os.path.dirname(checkpoint)), {})
+
+
+def costs(records, checkpoints):
     """Mean training seconds and peak MiB over the runs, whether any was resumed; None if any is not measured."""
-    measured = [training_cost(c) for c in sorted(checkpoints)]
-    if not measured or not all(measured):
+    measured = [record(records, c) for c in sorted(checkpoints)]
+    if not measured or not all("seconds" in m for m in measured):
         return None
     return {"seconds": mean_std([c["seconds"] for c in measured])[0], "peak_mib": mean_std([c["peak_mib"] for c in measured])[0],
-            "resumed": any(c["resumed"] for c in measured)}
+            "resumed": any(c.get("resumed") for c in measured)}
 
 
-def cost_at(side, length):
+def cost_at(records, side, length):
     """costs() of the runs among `side`'s rows scored at L_valid `length`."""
-    return costs({r["checkpoint"] for r in side if r["l_valid"] == length})
+    return costs(records, {r["checkpoint"] for r in side if r["l_valid"] == length})
 
 
 def spread(values):
@@ -70,19 +111,20 @@ def report(rows, out):
     if len({r["train_length"] for r in alibi}) != 1 or not sinusoidal:
         return None
     alibi_length = alibi[0]["train_length"]
+    records = training_records({r["checkpoint"] for r in alibi + own_length}, out)
     alibi_at, sinusoidal_at = (per_run(side, lambda r: r["l_valid"]) for side in (alibi, sinusoidal))
-    alibi_cost = costs({r["checkpoint"] for r in alibi})
+    alibi_cost = costs(records, {r["checkpoint"] for r in alibi})
     lines = [f"| L_valid | ALiBi L={alibi_length} | sinusoidal L=L_valid | ALiBi / sinusoidal perplexity "
              "| training s: ALiBi, sinusoidal | speed-up | peak MiB: ALiBi, sinusoidal | memory ratio |",
              "|---|---|---|---|---|---|---|---|"]
-    csv = ["l_valid,alibi_train_length,alibi_ppl,alibi_ppl_std,alibi_n,sinusoidal_ppl,sinusoidal_ppl_std,sinusoidal_n,"
+    csv_lines = ["l_valid,alibi_train_length,alibi_ppl,alibi_ppl_std,alibi_n,sinusoidal_ppl,sinusoidal_ppl_std,sinusoidal_n,"
            "alibi_train_s,sinusoidal_train_s,alibi_peak_mib,sinusoidal_peak_mib"]
     points = []
     for l_valid in sorted(sinusoidal_at):
         a, s = alibi_at.get(l_valid), sinusoidal_at[l_valid]
         if not a:
             continue
-        cost = cost_at(sinusoidal, l_valid)
+        cost = cost_at(records, sinusoidal, l_valid)
         (a_mean, a_std), (s_mean, s_std) = mean_std(a), mean_std(s)
         if cost and alibi_cost:
             shown = (f"{seconds(alibi_cost)}, {seconds(cost)} | "
@@ -91,35 +133,25 @@ def report(rows, out):
         else:
             shown = "not measured | | not measured |"
         lines.append(f"| {l_valid} | {spread(a)} | {spread(s)} | {a_mean / s_mean:.3f} | {shown} |")
-        csv.append(",".join(str(x) for x in (
+        csv_lines.append(",".join(str(x) for x in (
             l_valid, alibi_length, round(a_mean, 2), round(a_std, 2), len(a), round(s_mean, 2), round(s_std, 2), len(s),
             alibi_cost and round(alibi_cost["seconds"], 1), cost and round(cost["seconds"], 1),
             alibi_cost and round(alibi_cost["peak_mib"]), cost and round(cost["peak_mib"]))))
         points.append((l_valid, a_mean, s_mean, cost))
     if len(own_length) > len(sinusoidal):  # sinusoidal models of other batches: the grid
-        lines += ["", *batch_grid(own_length)]
+        lines += ["", *batch_grid(own_length, records)]
     os.makedirs(out, exist_ok=True)
-    for name, text in (("trade.md", lines), ("trade.csv", csv)):
+    for name, text in (("trade.md", lines), ("trade.csv", csv_lines)):
         with written_whole(os.path.join(out, name)) as partial, open(partial, "w") as f:
             f.write("\n".join(text) + "\n")
     figure(os.path.join(out, "trade.png"), points, alibi_length, alibi_cost)
     return "\n".join(lines) + "\n"
 
 
-def tokens_per_update(checkpoint):
-    """--max-tokens x --update-freq of the training (RUN_FLAGS beside its checkpoint), None if unknown."""
-    path = os.path.join(os.path.dirname(checkpoint), RUN_FLAGS)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        flags = json.load(f)
-    return int(flags["--max-tokens"]) * int(flags.get("--update-freq") or 1)
-
-
-def batch_grid(own_length):
+def batch_grid(own_length, records):
     """Markdown lines: sinusoidal models at their own length L, a column per L and a row per tokens
     per update; each cell the perplexity, the sequences per update and the mean training seconds."""
-    tokens = {r["checkpoint"]: tokens_per_update(r["checkpoint"]) for r in own_length}
+    tokens = {r["checkpoint"]: record(records, r["checkpoint"]).get("tokens_per_update") for r in own_length}
     known = [r for r in own_length if tokens[r["checkpoint"]]]
     def batch_and_length(r):
         return tokens[r["checkpoint"]], r["train_length"]
@@ -136,13 +168,14 @@ def batch_grid(own_length):
             if (batch, length) not in at:
                 cells.append("")
                 continue
-            cost = costs(runs[batch, length])
+            cost = costs(records, runs[batch, length])
             cells.append(f"{spread(at[batch, length])}; {batch // length} seq, "
                          + (f"{seconds(cost)} s" if cost else "s not measured"))
         lines.append(f"| {batch} | " + " | ".join(cells) + " |")
     left_out = [checkpoint for checkpoint, batch in tokens.items() if not batch]
     if left_out:
-        lines += ["", f"({len(left_out)} of these runs left out: no {RUN_FLAGS} beside the checkpoint)"]
+        lines += ["", f"({len(left_out)} of these runs left out: no {RUN_FLAGS} beside the checkpoint, nor their "
+                  f"tokens per update in {RECORD})"]
     return lines
 
 

@@ -464,16 +464,6 @@ def test_the_gpt2_standin_trains_resumes_and_imports(wt2_slice, tmp_path):
         line.split()[0] for line in open(os.path.join(wt2_slice, "dict.txt"))]
 
 
-def test_the_committed_lm_eval_table_rebuilds_from_committed_files(tmp_path):
-    import shutil
-
-    committed = os.path.join(REPO, "examples", "wikitext2", "results", "hf")
-    shutil.copytree(committed, tmp_path / "hf")
-    (tmp_path / "hf" / "table.md").unlink()
-    run([sys.executable, os.path.join(REPO, "examples", "wikitext2", "lm_eval", "table.py"), str(tmp_path / "hf")])
-    assert (tmp_path / "hf" / "table.md").read_text() == open(os.path.join(committed, "table.md")).read()
-
-
 @pytest.mark.slow
 def test_the_gpt2_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_path):
     """scripts/experiment.py gpt2-alibi at toy size (L=16): a stand-in GPT-2 (trained here for 3
@@ -538,17 +528,3 @@ def test_the_gpt2_experiment_takes_the_comparisons_alibi_from_its_committed_rows
                              capture_output=True, text=True)
     assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "run scripts/experiment.py comparison --models alibi --seeds 4" in refused.stderr
-
-
-def test_the_committed_gpt2_alibi_tables_rebuild_from_committed_rows(tmp_path):
-    """examples/wikitext2/results/gpt2-alibi: `scripts/experiment.py gpt2-alibi --tables` over a copy of
-    the committed rows writes the committed tables byte for byte (nothing trained or scored)."""
-    import shutil
-
-    committed = os.path.join(REPO, "examples", "wikitext2", "results", "gpt2-alibi")
-    copy = tmp_path / "gpt2-alibi"
-    copy.mkdir()
-    shutil.copy(os.path.join(committed, "results.jsonl"), copy / "results.jsonl")
-    run([sys.executable, "scripts/experiment.py", "gpt2-alibi", "--tables", "--out", str(copy)])
-    for name in ("table_valid_stride0.md", "table_valid_stride_Lvalid_over_2.md", "table_valid_stride0.csv"):
-        assert (copy / name).read_text() == open(os.path.join(committed, name)).read(), name

@@ -1,0 +1,113 @@
+"""Every committed table and figure rebuilds from committed files with its documented command, byte
+for byte (the figures too: matplotlib's Agg writes the same PNG for the same data), and every
+committed result row says what it is."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+RESULTS = os.path.join("examples", "wikitext2", "results")
+
+
+def runner(name):
+    return ["scripts/experiment.py", name, "--tables", "--out", "{out}"]
+
+
+CLAIMS = ["scripts/claims.py", "{out}/results.jsonl", "--out", "{out}/claims.md"]
+
+
+# Results folder -> the commands its READMEs give for its tables and figures ({out}: the folder).
+REBUILDS = {
+    RESULTS: [runner("main")],
+    f"{RESULTS}/comparison": [runner("comparison"), CLAIMS],
+    f"{RESULTS}/conversion": [["scripts/results.py", "{out}/results.jsonl", "--out", "{out}"],
+                              ["examples/wikitext2/recovery.py", "{out}/recovery.jsonl", "--out", "{out}"]],
+    f"{RESULTS}/documents": [runner("documents")],
+    f"{RESULTS}/gpt2-alibi": [runner("gpt2-alibi")],
+    f"{RESULTS}/hf": [["examples/wikitext2/lm_eval/table.py", "{out}"]],
+    f"{RESULTS}/littlebird": [runner("littlebird")],
+    f"{RESULTS}/littlebird-long": [runner("littlebird-long")],
+    f"{RESULTS}/main-gpu": [runner("main")],
+    f"{RESULTS}/mlm": [runner("mlm")],
+    f"{RESULTS}/scale2": [runner("scale2"), CLAIMS],
+    f"{RESULTS}/trade": [runner("trade")],
+    os.path.join("examples", "synthetic", "results"): [runner("synthetic")],
+    os.path.join("examples", "synthetic", "budget"): [["examples/synthetic/table.py", "{out}/results.jsonl", "--out", "{out}"]],
+}
+# What the commands read (kept in the copy) rather than write (removed from it first).
+INPUTS = {"README.md", "PROVENANCE.md", "results.jsonl", "recovery.jsonl", "fairseq.jsonl", "scoring.json",
+          "training-resources.csv", "intermediate.jsonl"}
+# Written from checkpoints, which are not committed: greedy continuations.
+NOT_FROM_COMMITTED_FILES = {f"{RESULTS}/conversion/generation.md"}
+
+
+def outputs(folder):
+    """The committed files of folder (not its subfolders, which are folders of their own) that its
+    commands write."""
+    return sorted(name for name in os.listdir(os.path.join(REPO, folder))
+                  if os.path.isfile(os.path.join(REPO, folder, name)) and name not in INPUTS
+                  and os.path.join(folder, name) not in NOT_FROM_COMMITTED_FILES)
+
+
+def test_every_results_folder_has_its_rebuild():
+    """A folder of results (rows in a .jsonl beside what is built from them) added without its
+    commands here would go unchecked."""
+    folders = set()
+    for folder, _, names in os.walk(os.path.join(REPO, "examples")):
+        relative = os.path.relpath(folder, REPO)
+        if "lm_eval" in relative.split(os.sep):  # lm-eval's own output: hf's inputs
+            continue
+        if any(n.endswith(".jsonl") for n in names) and outputs(relative):
+            folders.add(relative)
+    assert folders <= set(REBUILDS), f"add their rebuild commands: {sorted(folders - set(REBUILDS))}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", sorted(REBUILDS))
+def test_committed_tables_and_figures_rebuild_byte_for_byte(folder, tmp_path):
+    committed = os.path.join(REPO, folder)
+    copy = tmp_path / "out"
+    # Its files, and lm-eval's output folders (hf's inputs); not the results folders inside it.
+    shutil.copytree(committed, copy, ignore=lambda where, names: [
+        n for n in names if where == committed and os.path.isdir(os.path.join(where, n)) and n != "lm_eval"])
+    written = outputs(folder)
+    assert written, f"{folder} holds nothing to rebuild"
+    for name in written:
+        (copy / name).unlink()
+    for command in REBUILDS[folder]:
+        done = subprocess.run([sys.executable, *(part.format(out=copy) for part in command)], cwd=REPO,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+    for name in written:
+        assert (copy / name).exists(), f"{folder}/{name} was not rebuilt by {REBUILDS[folder]}"
+        assert (copy / name).read_bytes() == open(os.path.join(committed, name), "rb").read(), f"{folder}/{name} differs"
+
+
+def test_every_committed_row_says_what_it_is():
+    """results.ROW_IDENTITY and ROW_TRAINING, for every row of every committed results file."""
+    from fairseq_alibi_lab import results
+
+    for folder in REBUILDS:
+        for name in sorted(os.listdir(os.path.join(REPO, folder))):
+            if not name.endswith(".jsonl"):
+                continue
+            with open(os.path.join(REPO, folder, name)) as f:
+                for number, line in enumerate(f, 1):
+                    missing = results.identity_missing(json.loads(line))
+                    assert not missing, f"{folder}/{name} line {number} lacks {', '.join(missing)}"
+
+
+def test_tables_name_the_rows_they_leave_out(tmp_path):
+    """--tables over rows whose checkpoints this machine names otherwise (another --checkpoints)
+    says how many rows it leaves out and why, instead of an empty table and nothing said."""
+    shutil.copy(os.path.join(REPO, RESULTS, "main-gpu", "results.jsonl"), tmp_path / "results.jsonl")
+    shown = subprocess.run([sys.executable, "scripts/experiment.py", "main", "--tables", "--out", str(tmp_path),
+                            "--checkpoints", str(tmp_path / "elsewhere")], cwd=REPO, capture_output=True, text=True)
+    assert shown.returncode == 0 and shown.stdout.splitlines()[0] == (
+        "left out of the tables: 19 rows: 19 of checkpoints main does not declare here (another --checkpoints?), "
+        "e.g. checkpoints/main/alibi-L64-s1/checkpoint_last.pt")
