@@ -5,7 +5,8 @@
 #
 # A finished run (its checkpoint_last.pt reached the command's --max-update: fairseq_alibi_lab/recipes.py,
 # the one definition train.sh uses too) is left as it is; otherwise the command runs (fairseq resumes
-# from SAVE_DIR/checkpoint_last.pt). A SAVE_DIR holding a run started with other flags is refused.
+# from SAVE_DIR/checkpoint_last.pt). A SAVE_DIR holding a run started with other flags is refused;
+# CONTINUE_RUN=1 continues it anyway.
 # Its log is appended to SAVE_DIR/train.log, its wall time and peak memory to
 # SAVE_DIR/resources.jsonl (scripts/measure.py); progress lines and errors are shown. NAME is what the messages call it.
 # Used by the presets whose models scripts/train.sh does not know (masked LMs, encoder-decoders).
@@ -29,7 +30,9 @@ mkdir -p "$save"
 # One trainer per save directory, for the run's lifetime (fairseq-train inherits the lock).
 exec 9>>"$save/.train.lock"
 flock -n 9 || { echo "error: another training is running on $save (it holds $save/.train.lock): wait for it, or give another directory" >&2; exit 1; }
-read -r state _ < <(python3 -m fairseq_alibi_lab.recipes status "$save" - - "$max_update" -- "$@" || echo failed)
+other_ok=()  # CONTINUE_RUN=1: continue a run started with other flags (the refusal's advice, as in train.sh)
+[ "${CONTINUE_RUN:-0}" = 1 ] && other_ok=(--other-ok)
+read -r state _ < <(python3 -m fairseq_alibi_lab.recipes status "$save" - - "$max_update" "${other_ok[@]}" -- "$@" || echo failed)
 [ "$state" != failed ] || exit 1
 [ "$state" != new ] || python3 -m fairseq_alibi_lab.recipes record "$save" -- "$@"
 if [ "$state" = finished ]; then

@@ -270,6 +270,10 @@ def test_train_once_reads_finished_from_the_checkpoint_of_any_model_not_from_a_l
     other = subprocess.run(["scripts/train_once.sh", fresh, "the masked LM", "--", "false", "--max-update", "5",
                             "--lr", "2"], cwd=REPO, capture_output=True, text=True)
     assert other.returncode == 1 and "started with other flags (--lr 1 then, 2 now)" in other.stderr
+    assert "CONTINUE_RUN=1" in other.stderr  # the advice the script reads:
+    continued = subprocess.run(["scripts/train_once.sh", fresh, "the masked LM", "--", "true", "--max-update", "5",
+                                "--lr", "2"], cwd=REPO, capture_output=True, text=True, env=dict(os.environ, CONTINUE_RUN="1"))
+    assert continued.returncode == 0, continued.stderr
 
 
 def test_the_documents_experiment_scores_every_model_with_its_articles_apart_and_packed():
@@ -278,7 +282,7 @@ def test_the_documents_experiment_scores_every_model_with_its_articles_apart_and
 
     declared = experiment.EXPERIMENTS["documents"]
     args = argparse.Namespace(train_length=None, seeds=None, updates=None, lengths=None, out=None, checkpoints=None,
-                              models=None)
+                              models=None, train_flags=[])
     runner = experiment.Runner("documents", declared, args)
     assert declared.documents and {m.method for m in declared.models} == {"alibi", "rotary"}
     apart = [m for m in declared.models if "--document-separator" in m.flags]
