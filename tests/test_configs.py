@@ -8,6 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import REPO
+from fairseq_alibi_lab import train
 from fairseq_alibi_lab.recipes import recipe
 
 # What only the YAML or only train.sh sets, and why it may differ.
@@ -21,9 +22,7 @@ NOT_COMPARED = {
     ("model", "base_shuffle"),
 }
 # train.sh's own flags besides the recipe (scripts/train.sh's exec line), on a GPU machine.
-TRAIN_SH = ["--task", "language_modeling", "--criterion", "adaptive_loss", "--ddp-backend", "legacy_ddp",
-            "--sample-break-mode", "none", "--skip-invalid-size-inputs-valid-test", "--no-epoch-checkpoints",
-            "--keep-interval-updates", "1", "--fp16"]
+TRAIN_SH = [*train.TRAINING, "--fp16"]
 
 
 # A section's _name is the flag of that choice.

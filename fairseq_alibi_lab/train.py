@@ -1,0 +1,186 @@
+"""scripts/train.sh's logic: check a training before it starts, then become fairseq-train.
+
+    python3 -m fairseq_alibi_lab.train METHOD L DATA SAVE_DIR [PRESET] [-- extra fairseq-train flags]
+
+(scripts/train.sh's header is the user's documentation.) Every check is made before anything is
+written; a refusal is one line. The process then becomes fairseq-train (exec), holding
+SAVE_DIR/.train.lock for the run's lifetime.
+"""
+import fcntl
+import os
+import sys
+
+from fairseq_alibi import dictionaries, mistakes
+from fairseq_alibi.flags import last_value
+from fairseq_alibi_lab import recipes
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRESETS = ("wiki103", "small", "bloom_small", "gpt2_small")
+# Presets whose learning rate reaches 0 at the run's last update (unless told otherwise).
+SCHEDULED = ("small", "bloom_small", "gpt2_small")
+# The flags every training here takes besides its model, recipe and length (tests/test_configs.py
+# holds the hydra configs to them).
+TRAINING = ["--task", "language_modeling", "--criterion", "adaptive_loss", "--ddp-backend", "legacy_ddp",
+            "--sample-break-mode", "none", "--skip-invalid-size-inputs-valid-test", "--no-epoch-checkpoints",
+            "--keep-interval-updates", "1"]
+GPU_DRIVERS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+def fail(message):
+    raise SystemExit(f"error: {message}")
+
+
+def usage(methods):
+    return (f"usage: scripts/train.sh {'|'.join(methods)}|sinusoidal|learned L DATA SAVE_DIR "
+            f"[{'|'.join(PRESETS)}] [-- flags]")
+
+
+def model_flags(method, preset, methods):
+    """The flags that choose the model: the method's architecture in the preset, or a stock twin."""
+    from fairseq_alibi import decoder
+
+    plugin = ["--user-dir", os.path.join(REPO, "fairseq_alibi")]
+    if preset == "wiki103" and method == "sinusoidal":
+        return ["--arch", "transformer_lm_wiki103"]
+    if preset == "bloom_small":
+        if method != "alibi":
+            fail("the bloom_small preset is ALiBi's in BLOOM's layout (stock BLOOM computes no other method): use METHOD alibi")
+        return [*plugin, "--arch", "alibi_transformer_lm_bloom_small"]
+    if preset == "gpt2_small":
+        if method == "alibi":
+            return [*plugin, "--arch", "alibi_transformer_lm_gpt2_small"]
+        if method == "learned":
+            return decoder.GPT2_SMALL_TWIN_FLAGS.split()
+        fail("the gpt2_small preset is an imported GPT-2 (METHOD learned) and its ALiBi conversion (METHOD alibi): "
+             "use one of those")
+    if preset == "small" and method == "sinusoidal":
+        return decoder.SMALL_TWIN_FLAGS.split()
+    if preset in ("wiki103", "small"):
+        if method not in methods:
+            fail(f"unknown method '{method}': use one of {' '.join(methods)} sinusoidal")
+        return [*plugin, "--arch", f"{method}_transformer_lm_{preset}"]
+    fail(f"unknown preset '{preset}': use wiki103, small, bloom_small or gpt2_small")
+
+
+def gpus_on_this_node():
+    """torch's GPU count, asked (seconds to import) only where a GPU driver shows; else 0."""
+    if not any(os.path.exists(path) for path in GPU_DRIVERS):
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def launcher_flags(node_gpus):
+    """(processes in this job, fairseq's distributed flags): the launcher's world size (torchrun's
+    WORLD_SIZE, SLURM's SLURM_NTASKS), else one per GPU on this node."""
+    world = os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or str(node_gpus)
+    if not world.isdigit():
+        fail(f"WORLD_SIZE / SLURM_NTASKS must be a whole number of processes, got '{world}'")
+    if node_gpus == 0 and int(world) > 1:
+        fail(f"WORLD_SIZE / SLURM_NTASKS asks for {world} processes, but this machine has no GPU: fairseq's "
+             "distributed training needs one GPU per process; unset it to train on CPU (one process)")
+    # fairseq starts its distributed set-up only when told the world size; SLURM also needs a port.
+    if os.environ.get("WORLD_SIZE"):
+        return int(world), ["--distributed-world-size", os.environ["WORLD_SIZE"]]
+    if int(os.environ.get("SLURM_NTASKS") or 1) > 1:
+        return int(world), ["--distributed-world-size", os.environ["SLURM_NTASKS"],
+                            "--distributed-port", os.environ.get("MASTER_PORT", "29500")]
+    return int(world), []
+
+
+def main(argv):
+    from fairseq_alibi.methods import CAUSAL_METHODS, INFERENCE_ONLY
+
+    methods = list(CAUSAL_METHODS)
+    if argv == ["--usage"]:  # train.sh --help: after its header
+        print(usage(methods))
+        return
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    positional = argv[:argv.index("--")] if "--" in argv else argv
+    if len(positional) not in (4, 5):
+        print(usage(methods), file=sys.stderr)
+        raise SystemExit(2)
+    method, length, data, save_dir = positional[:4]
+    preset = positional[4] if len(positional) == 5 else "wiki103"
+
+    if not os.path.isfile(os.path.join(data, "dict.txt")):
+        fail(f"{data} has no dict.txt: run scripts/prepare-wikitext.sh first ({usage(methods)})")
+    if not length.isdigit() or length.startswith("0"):
+        fail(f"L: '{length}' is not a positive integer")
+    for flag in extra:
+        for evaluation_only in (f for flags in INFERENCE_ONLY.values() for f in flags):
+            if flag.startswith(evaluation_only):
+                fail(f"{flag} is for evaluation (scripts/eval.sh's SCALING): a model trained with it would be "
+                     "scored scaled ever after")
+    # The small preset's adaptive input/softmax bands end at word 10000 (unless the flags say otherwise).
+    if preset == "small" and "--adaptive-softmax-cutoff" not in extra:
+        with open(os.path.join(data, "dict.txt"), encoding="utf-8") as f:
+            words = sum(1 for _ in f) + 4  # fairseq's 4 special symbols come first
+        if words < 10000:
+            fail(f"the small preset's adaptive cutoffs 2000,10000 need at least 10000 words, {data} has {words}: pass "
+                 "-- --adaptive-input-cutoff A,B --adaptive-softmax-cutoff A,B with B <= " + str(words))
+    model = model_flags(method, preset, methods)
+
+    node_gpus = gpus_on_this_node()
+    world, launcher = launcher_flags(node_gpus)
+    recipe = recipes.recipe(preset, int(length), max(world, 1))
+    # Mistakes fairseq would answer with a traceback or a run without end.
+    mistake = mistakes.common_mistake("train", [*recipe, *extra], node_gpus)
+    if mistake:
+        fail(mistake)
+    if node_gpus > 0:
+        precision = ["--fp16"]
+    else:
+        print("warning: no GPU found: training on CPU in fp32 (--fp16 dropped)", file=sys.stderr)
+        precision = ["--cpu"]
+
+    args = [*recipe, *extra]
+    max_update = last_value(args, "--max-update")
+    arch = last_value(model, "--arch")
+    schedule = []
+    if preset in SCHEDULED and "--total-num-update" not in extra:
+        schedule = ["--total-num-update", max_update]
+    run_flags = [*model, *recipe, *extra, *schedule]  # what the run learns with (recipes.RUN_FLAGS)
+
+    # What a checkpoint already in SAVE_DIR holds: refuse another run, skip a finished one.
+    os.makedirs(save_dir, exist_ok=True)
+    rank = last_value(extra, "--distributed-rank") or os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
+    if rank == "0":  # one training per save directory; a distributed run is one training, rank 0 holds it
+        lock = os.open(os.path.join(save_dir, ".train.lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fail(f"another training is running on {save_dir} (it holds {save_dir}/.train.lock): wait for it, or give "
+                 "another SAVE_DIR")
+        os.set_inheritable(lock, True)  # fairseq-train holds it for the run's lifetime
+    try:
+        state, done = recipes.run_status(save_dir, arch, int(length), int(max_update),
+                                         os.environ.get("CONTINUE_RUN") == "1", run_flags)
+    except recipes.RunConflict as e:
+        fail(e)
+    if state == "finished":
+        print(f"{save_dir} is already trained ({done} updates, --max-update {max_update}): nothing to do")
+        return
+    # The data's dictionary kept beside the checkpoints (fairseq's do not hold theirs): scoring or
+    # fine-tuning on another corpus's dictionary is then refused.
+    problem = dictionaries.keep(data, save_dir)
+    if problem:
+        fail(problem)
+    if state == "new" and rank == "0":
+        recipes.record_flags(save_dir, run_flags)
+    finetune_from = last_value(extra, "--finetune-from-model")
+    if finetune_from:
+        problem = dictionaries.check(finetune_from, data)
+        if problem:
+            fail(problem)
+
+    command = ["fairseq-train", data, "--save-dir", save_dir, *model, *TRAINING, "--tokens-per-sample", length,
+               "--tensorboard-logdir", os.path.join(save_dir, "tensorboard"), *recipe, *precision, *launcher, *extra,
+               *schedule]
+    sys.stdout.flush()
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
