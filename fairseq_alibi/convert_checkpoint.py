@@ -136,12 +136,15 @@ def main(argv=None):
     if not isinstance(state, dict):
         raise ConfigError(f"{args.source} is not a fairseq checkpoint (a {type(state).__name__})")
     converted = convert_state(state, replace_positions=args.replace_positions, name=args.source)
+    kept = dictionaries.checkpoint_dictionary(args.source)
+    model_cfg = converted["cfg"]["model"]
+    if kept and os.path.isfile(os.path.join(kept, "dict.txt")) and not model_cfg.get("dictionary_sha256"):
+        model_cfg["dictionary_sha256"] = dictionaries.data_fingerprint(kept)  # recorded inside it too
     with written_whole(args.target) as partial:  # a failed write (a full disk) leaves no truncated checkpoint
         try:
             torch.save(converted, partial)
         except RuntimeError as e:  # torch's zip writer reports a full disk so
             raise OSError(28, f"torch.save: {str(e).strip().splitlines()[0]}")
-    kept = dictionaries.checkpoint_dictionary(args.source)
     if kept:  # the converted model reads the same words: its dictionary goes beside it too
         other = dictionaries.keep(kept, os.path.dirname(os.path.abspath(args.target)))
         if other:

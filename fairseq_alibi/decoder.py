@@ -22,6 +22,7 @@ from fairseq.models.transformer_lm import (TransformerLanguageModel, Transformer
                                          transformer_lm_baevski_wiki103)
 from fairseq.modules import AdaptiveInput
 
+from . import dictionaries
 from .attention import RelativeDecoderLayer, SquareMaskCache, attention_bias, is_right_padding, wrap_layer
 from .base import UNBOUNDED_POSITIONS, ConfigError, check_heads
 from .documents import find_documents
@@ -152,6 +153,10 @@ class PositionLanguageModel(TransformerLanguageModel):
             args.max_target_positions = UNBOUNDED_POSITIONS
 
         dictionary = task.source_dictionary
+        recorded = getattr(args, "dictionary_sha256", None)  # None: not recorded (older checkpoints)
+        if recorded and recorded != dictionaries.fingerprint(dictionary.symbols[dictionary.nspecial:]):
+            raise ConfigError(f"this model was trained on another dictionary than the data's (dictionary_sha256 "
+                              f"{recorded}): give the data it was trained on")
         if args.adaptive_input:
             embed_tokens = AdaptiveInput(
                 len(dictionary), dictionary.pad(), args.decoder_input_dim,
@@ -239,6 +244,10 @@ ATTENTION_KERNEL_HELP = (
     "blocked on CPU for inputs longer than 512 tokens, else sdpa); at evaluation set it with --model-overrides")
 
 
+DICTIONARY_HELP = ("the training data's dictionary, as 16 hex digits of its words' sha256 (scripts/train.sh sets it): "
+                   "the model is refused data of another dictionary, whatever dict.txt sits beside its checkpoint")
+
+
 def fairseq_config(method_class):
     """fairseq's transformer LM options, the method's own (its Config's fields, their defaults, help
     and choices), --document-separator and --attention-kernel (and ALiBi's older --alibi-attention)."""
@@ -247,6 +256,7 @@ def fairseq_config(method_class):
         kind = ChoiceEnum(list(option.metadata["choices"])) if "choices" in option.metadata else option.type
         fields.append((option.name, kind, field(default=option.default, metadata={"help": option.metadata["help"]})))
     fields.append(("document_separator", Optional[str], field(default=None, metadata={"help": DOCUMENT_SEPARATOR_HELP})))
+    fields.append(("dictionary_sha256", Optional[str], field(default=None, metadata={"help": DICTIONARY_HELP})))
     fields.append(("attention_kernel", ChoiceEnum(list(KERNEL_NAMES)), field(
         default="auto", metadata={"help": ATTENTION_KERNEL_HELP})))
     if method_class.method == "alibi":  # the option's name before --attention-kernel; still read (factory.py)

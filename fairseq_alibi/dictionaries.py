@@ -1,11 +1,15 @@
-"""Is a checkpoint's dictionary the data's? Plain Python, no import of torch or fairseq, so that the
-shell scripts ask it cheaply (python3 fairseq_alibi/dictionaries.py ...).
+"""Is a checkpoint's dictionary the data's? Plain Python, no import of fairseq (torch only to read a
+checkpoint's config, in check), so that the shell scripts ask it cheaply (python3
+fairseq_alibi/dictionaries.py ...).
 
 fairseq checkpoints do not hold their dictionary: it is read from the data directory, so a model
 scored or fine-tuned on another corpus's dictionary of the same size reads every token as another
-word, silently. scripts/train.sh and train_once.sh keep a copy of the training data's dictionaries
-(dict.txt; a translation task's dict.src.txt, dict.tgt.txt) beside the checkpoints (as fairseq's
-released models ship theirs), and the tools compare words, not counts.
+word, silently. The plugin's causal models record their training dictionary's fingerprint in their
+config (--dictionary-sha256, which scripts/train.sh and the converter set), checked when the model
+is built and by check() here, whatever sits beside the checkpoint. For every model, scripts/train.sh
+and train_once.sh also keep a copy of the training data's dictionaries (dict.txt; a translation
+task's dict.src.txt, dict.tgt.txt) beside the checkpoints (as fairseq's released models ship theirs),
+and the tools compare words, not counts.
 
     python3 fairseq_alibi/dictionaries.py check CHECKPOINT DATA_DIR     # exit 1 with one line if they differ
     python3 fairseq_alibi/dictionaries.py keep DATA_DIR SAVE_DIR        # copy its dict*.txt into SAVE_DIR (refuse another)
@@ -30,6 +34,28 @@ def words(path: str) -> List[str]:
             if word:
                 symbols.append(word)
     return symbols
+
+
+def fingerprint(symbols: List[str]) -> str:
+    """A dictionary's words, in order, as 16 hex digits of their sha256: what a plugin model records
+    of its training data's dictionary (--dictionary-sha256, in every checkpoint's config)."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(symbols).encode("utf-8")).hexdigest()[:16]
+
+
+def data_fingerprint(data: str) -> str:
+    """fingerprint() of a data directory's dict.txt."""
+    return fingerprint(words(os.path.join(data, "dict.txt")))
+
+
+def recorded_problem(recorded: Optional[str], data: str, what: str) -> Optional[str]:
+    """None if a model's recorded dictionary fingerprint (None: a model from before it was recorded)
+    is DATA's, else the one-line reason."""
+    if recorded and os.path.isfile(os.path.join(data, "dict.txt")) and recorded != data_fingerprint(data):
+        return (f"{what} was trained on another dictionary than {data}'s (its dictionary_sha256 {recorded}, "
+                f"{data}'s {data_fingerprint(data)}): give the data it was trained on")
+    return None
 
 
 def difference(kept: str, data: str) -> Optional[str]:
@@ -59,8 +85,11 @@ def checkpoint_dictionary(checkpoint: str) -> Optional[str]:
 
 
 def check(checkpoint: str, data: str) -> Optional[str]:
-    """None if CHECKPOINT may read DATA's tokens (the same words in each dictionary kept beside it,
-    or none kept), else the one-line reason."""
+    """None if CHECKPOINT may read DATA's tokens, else the one-line reason: each dictionary kept
+    beside it (any model; the first difference named), then the dictionary recorded in its config
+    (the plugin's models, --dictionary-sha256: whatever sits beside it). Reads the checkpoint (torch)."""
+    from fairseq_alibi.checkpoints import NotACheckpoint, field, model_and_task, read_state
+
     kept = checkpoint_dictionary(checkpoint)
     for name in dictionary_files(kept) if kept else ():
         if not os.path.isfile(os.path.join(data, name)):
@@ -70,7 +99,11 @@ def check(checkpoint: str, data: str) -> Optional[str]:
         if why:
             return (f"{checkpoint} was trained on another dictionary than {data}'s ({why.replace('dict.txt', name)}): "
                     "give the data it was trained on")
-    return None
+    try:
+        recorded = field(model_and_task(read_state(checkpoint))[0], "dictionary_sha256")
+    except (NotACheckpoint, KeyError, TypeError):
+        recorded = None  # not ours to say: the caller's own checks name what it is
+    return recorded_problem(recorded, data, checkpoint)
 
 
 def keep(data: str, save_dir: str) -> Optional[str]:

@@ -184,3 +184,19 @@ def test_the_training_entry_point_refuses_evaluation_only_options(argv, monkeypa
     with pytest.raises(SystemExit, match="is for evaluation .* not training: drop it") as stopped:
         cli.train()
     assert argv[0].split("=")[0] in str(stopped.value.code)
+
+
+def test_a_model_recording_another_dictionary_is_refused_when_built():
+    """--dictionary-sha256 (every plugin model's option; scripts/train.sh sets it to the data's):
+    built over the dictionary it records, the model builds; over another of the same size (two
+    words swapped), it is refused in one line. The fingerprint is the words' sha256, written out."""
+    import hashlib
+
+    from fairseq_alibi import dictionaries
+
+    words = [f"w{i}" for i in range(50)]  # build_model's dictionary
+    assert dictionaries.fingerprint(words) == hashlib.sha256("\n".join(words).encode()).hexdigest()[:16]
+    build_model("kerple_transformer_lm", 50, [*TINY, "--dictionary-sha256", dictionaries.fingerprint(words)])
+    swapped = [words[1], words[0], *words[2:]]
+    with pytest.raises(ConfigError, match="trained on another dictionary than the data's"):
+        build_model("alibi_transformer_lm", 50, [*TINY, "--dictionary-sha256", dictionaries.fingerprint(swapped)])

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import REPO, TOY, USER_DIR, run, snapshot
-from fairseq_alibi import files
+from fairseq_alibi import dictionaries, files
 from fairseq_alibi_lab import results
 
 pytestmark = pytest.mark.slow
@@ -665,3 +665,13 @@ def test_another_dictionary_of_the_same_size_is_refused_by_every_reader(toy_chec
         assert proc.returncode == 1 and "was trained on another dictionary" in proc.stderr, proc.stderr[-2000:]
         assert "Traceback" not in proc.stderr and not (save / "checkpoint_last.pt").exists()
     assert eval_script(toy_checkpoint, wt2_slice, out, "32").returncode == 0  # its own data: scored
+    # The dictionary is recorded inside the checkpoint too: copied alone, or beside the other
+    # data's dict.txt, it is still refused.
+    assert torch.load(toy_checkpoint, weights_only=False)["cfg"]["model"]["dictionary_sha256"] == \
+        dictionaries.data_fingerprint(wt2_slice)
+    for where in (tmp_path / "alone", other):
+        where.mkdir(exist_ok=True)
+        shutil.copy(toy_checkpoint, where / "copied.pt")
+        proc = eval_script(where / "copied.pt", other, tmp_path / "copied.jsonl", "32")
+        assert proc.returncode == 1 and not (tmp_path / "copied.jsonl").exists()
+        assert "was trained on another dictionary" in proc.stderr.strip().splitlines()[-1], proc.stderr[-1000:]
