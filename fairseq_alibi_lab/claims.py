@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Verdicts on comparisons of seeded cells: the comparison's claims, and any two cells asked for.
+"""Verdicts on comparisons of seeded cells: an experiment's declared claims, and any two cells asked for.
 
-    python scripts/claims.py RESULTS.jsonl [--out claims.md]
+    python scripts/claims.py RESULTS.jsonl [--experiment comparison|documents|conversion] [--out claims.md]
     python scripts/claims.py RESULTS.jsonl --compare "LABEL A@K" "LABEL B@K" [--relation lower|at-most]
 
 A cell is (label, K x L) of one stride, over the training seeds (one run, one checkpoint, per seed);
@@ -59,6 +59,26 @@ CLAIMS = (
     Claim("FoX's forget gate improves on ALiBi at L", ("FoX (forget gate)", 1), ("ALiBi", 1), "lower"),
     Claim("FoX's forget gate extrapolates better than ALiBi", ("FoX (forget gate)", 16), ("ALiBi", 16), "lower"),
 )
+# Other experiments' comparisons, as their results READMEs make them (claims.md beside their rows).
+DOCUMENTS = tuple(
+    Claim(f"Training with documents apart lowers {method}'s perplexity{where} (each scored its own way)",
+          (f"{method}, trained apart, scored apart", k), (f"{method}, scored packed", k), "lower")
+    for method in ("ALiBi", "Rotary") for k, where in ((1, " at L"), (16, " at 16L")))
+CONVERSION = (
+    Claim("Distillation recovers the conversion better than cross entropy (at L)", ("Converted + 200 distill", 1),
+          ("Converted + 200 CE", 1), "lower"),
+    Claim("Distillation recovers the conversion better than cross entropy (at 16L)", ("Converted + 200 distill", 16),
+          ("Converted + 200 CE", 16), "lower"),
+    Claim("The distilled conversion is below the teacher continued as long (at L)", ("Converted + 200 distill", 1),
+          ("Sinusoidal teacher continued (+ 200)", 1), "lower"),
+    Claim("Cross entropy's conversion is below the teacher continued as long (at L)", ("Converted + 200 CE", 1),
+          ("Sinusoidal teacher continued (+ 200)", 1), "lower"),
+    Claim("ALiBi from scratch for as many updates beats the distilled conversion (at L)", ("ALiBi from scratch (1600)", 1),
+          ("Converted + 200 distill", 1), "lower"),
+    Claim("ALiBi from scratch for as many updates beats the distilled conversion (at 16L)", ("ALiBi from scratch (1600)", 16),
+          ("Converted + 200 distill", 16), "lower"),
+)
+EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "documents": DOCUMENTS, "conversion": CONVERSION}
 SEEDS = 3
 
 
@@ -141,6 +161,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", help="the comparison's results.jsonl (scripts/experiment.py comparison)")
     p.add_argument("--out", help="also write the table here (.md)")
+    p.add_argument("--experiment", choices=sorted(EXPERIMENT_CLAIMS), default="comparison",
+                   help="whose declared claims (default: the comparison's, which the second scale shares)")
     p.add_argument("--compare", nargs=2, metavar=("A@K", "B@K"),
                    help="the verdict on these two cells (both strides) instead of the comparison's claims")
     p.add_argument("--relation", choices=("lower", "at-most"), default="lower",
@@ -149,7 +171,7 @@ def main():
     rows = results.load(args.results)
     if not rows:
         p.error(f"no results in {', '.join(args.results)}")
-    claims = CLAIMS
+    claims = EXPERIMENT_CLAIMS[args.experiment]
     if args.compare:
         a, b = map(cell_name, args.compare)
         claims = [Claim(f"{a[0]} at {a[1]}L {'below' if args.relation == 'lower' else 'at most'} {b[0]} at {b[1]}L",

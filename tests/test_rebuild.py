@@ -21,13 +21,18 @@ def runner(name):
 CLAIMS = ["scripts/claims.py", "{out}/results.jsonl", "--out", "{out}/claims.md"]
 
 
+def claims(experiment):
+    return [*CLAIMS, "--experiment", experiment]
+
+
 # Results folder -> the commands its READMEs give for its tables and figures ({out}: the folder).
 REBUILDS = {
     RESULTS: [runner("main")],
     f"{RESULTS}/comparison": [runner("comparison"), CLAIMS],
     f"{RESULTS}/conversion": [["scripts/results.py", "{out}/results.jsonl", "--out", "{out}"],
-                              ["examples/wikitext2/recovery.py", "{out}/recovery.jsonl", "--out", "{out}"]],
-    f"{RESULTS}/documents": [runner("documents")],
+                              ["examples/wikitext2/recovery.py", "{out}/recovery.jsonl", "--out", "{out}"],
+                              claims("conversion")],
+    f"{RESULTS}/documents": [runner("documents"), claims("documents")],
     f"{RESULTS}/gpt2-alibi": [runner("gpt2-alibi")],
     f"{RESULTS}/hf": [["examples/wikitext2/lm_eval/table.py", "{out}"]],
     f"{RESULTS}/littlebird": [runner("littlebird")],
