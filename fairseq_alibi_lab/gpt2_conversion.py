@@ -48,7 +48,7 @@ def make_steps(runner, seed, standin, gpt2, converted):
         run([sys.executable, os.path.join("examples", "wikitext2", "gpt2_standin.py"), runner.data, standin,
              "--seed", str(seed), "--length", str(runner.length), "--updates", updates], os.path.join(standin, "train.log"))
         print(f"    importing it -> {gpt2}", flush=True)
-        run([sys.executable, "-m", "fairseq_alibi.hf.import_gpt2", standin, os.path.dirname(gpt2)])
+        run([sys.executable, "-m", "fairseq_alibi.hf.import_gpt2", standin, os.path.dirname(gpt2), "--seed", str(seed)])
     if converted and not os.path.exists(converted):
         run([sys.executable, "-m", "fairseq_alibi.convert_checkpoint", "--replace-positions", gpt2, converted])
 

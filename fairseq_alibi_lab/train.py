@@ -36,9 +36,8 @@ def usage(methods):
 
 
 def model_flags(method, preset, methods):
-    """The flags that choose the model: the method's architecture in the preset, or a stock twin."""
-    from fairseq_alibi import decoder
-
+    """The flags that choose the model: the method's architecture in the preset, or a stock twin
+    (whose flags decoder.py holds: it imports fairseq, seconds, so only for a twin)."""
     plugin = ["--user-dir", os.path.join(REPO, "fairseq_alibi")]
     if preset == "wiki103" and method == "sinusoidal":
         return ["--arch", "transformer_lm_wiki103"]
@@ -50,11 +49,13 @@ def model_flags(method, preset, methods):
         if method == "alibi":
             return [*plugin, "--arch", "alibi_transformer_lm_gpt2_small"]
         if method == "learned":
-            return decoder.GPT2_SMALL_TWIN_FLAGS.split()
+            from fairseq_alibi.decoder import GPT2_SMALL_TWIN_FLAGS
+            return GPT2_SMALL_TWIN_FLAGS.split()
         fail("the gpt2_small preset is an imported GPT-2 (METHOD learned) and its ALiBi conversion (METHOD alibi): "
              "use one of those")
     if preset == "small" and method == "sinusoidal":
-        return decoder.SMALL_TWIN_FLAGS.split()
+        from fairseq_alibi.decoder import SMALL_TWIN_FLAGS
+        return SMALL_TWIN_FLAGS.split()
     if preset in ("wiki103", "small"):
         if method not in methods:
             fail(f"unknown method '{method}': use one of {' '.join(methods)} sinusoidal")

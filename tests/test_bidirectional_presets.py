@@ -46,8 +46,9 @@ def test_masked_lm_presets_toy_run_seeds_floor_and_shared_checkpoints(wt2_slice,
     assert ppl[("ALiBi bialibi", 1, 16)] != ppl[("ALiBi bialibi", 2, 16)]  # the seed reached training
     values = [ppl[("ALiBi bialibi", seed, 64)] for seed in (1, 2)]
     mean, std = sum(values) / 2, abs(values[0] - values[1]) / 2 ** 0.5
-    table = (out / "table_valid_stride0.md").read_text()  # the last invocation's models
-    assert "| Learned positions 16 | " in table and f"| Unigram (add-one) | {floor[16]:.2f} |" in table
+    table = (out / "table_valid_stride0.md").read_text()  # the whole experiment's, not the last invocation's part
+    assert "| Learned positions 16 | 1 | " in table and f"| Unigram (add-one) | 1 | {floor[16]:.2f} |" in table
+    assert "| ALiBi bialibi 16 | 2 | " in table and f"{mean:.2f} ± {std:.2f} |" in table
     assert f"| ALiBi bialibi 16 | 2 | " in printed and f"{mean:.2f} ± {std:.2f}" in printed
     # LittleBird beside the dense encoder, whose finished run (mlm's checkpoint) is scored, not retrained
     bialibi = snapshot_checkpoint(checkpoints / "alibi-bialibi-L16-s1")

@@ -471,17 +471,17 @@ def test_the_gpt2_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_
     scored at L only (its learned positions end there), the two recoveries of the conversion at L
     and 2L, both strides; the GPT-2 continued and the recoveries trained 2 updates from their start
     (fine-tuned: the counter starts at 0), the import with none; run again,
-    nothing is trained or scored again."""
+    nothing is trained or scored again. Seed 2: every row records it, the import's too."""
     checkpoints, out = tmp_path / "checkpoints", tmp_path / "out"
     toy = ["--length", "16", "--dim", "16", "--layers", "1", "--heads", "2", "--tokens", "64", "--updates", "3"]
     run([sys.executable, os.path.join(REPO, "examples", "wikitext2", "gpt2_standin.py"), wt2_slice,
-         str(checkpoints / "gpt2-standin-L16-s1"), *toy])
+         str(checkpoints / "gpt2-standin-L16-s2"), *toy, "--seed", "2"])
     flags = ["--decoder-layers", "1", "--decoder-embed-dim", "16", "--decoder-input-dim", "16", "--decoder-output-dim", "16",
              "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--max-tokens", "64",
              "--disable-validation"]  # fairseq-train's end-of-run validation: minutes at this batch size
     models = ["gpt-2-imported", "gpt-2-continued", "gpt-2-alibi-recovered", "gpt-2-alibi-recovered-with-distillation"]
     command = [sys.executable, "scripts/experiment.py", "gpt2-alibi", "--data", wt2_slice, "--train-length", "16",
-               "--updates", "2", "--lengths", "16", "32", "--seeds", "1", "--checkpoints", str(checkpoints),
+               "--updates", "2", "--lengths", "16", "32", "--seeds", "2", "--checkpoints", str(checkpoints),
                "--out", str(out), "--models", *models, "--train-flags", " ".join(flags)]
     printed = run(command)
     assert "importing it" in printed and "training the GPT-2 stand-in" in printed
@@ -491,13 +491,14 @@ def test_the_gpt2_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_
         ("GPT-2 (imported)", (16,), 0), ("GPT-2 continued", (16,), 2), ("GPT-2 -> ALiBi, recovered", (16, 32), 2), ("GPT-2 -> ALiBi, recovered with distillation", (16, 32), 2)]
         for lv in lengths for rule in ("0", "L_valid/2")}
     assert scored == expected and len(rows) == len(expected)
-    imported = str(checkpoints / "gpt2-imported-L16-s1")
+    assert {r["seed"] for r in rows} == {2}  # the import and its conversion record the stand-in's seed
+    imported = str(checkpoints / "gpt2-imported-L16-s2")
     assert {r["checkpoint"] for r in rows if r["label"] == "GPT-2 (imported)"} == {os.path.join(imported, "checkpoint.pt")}
     assert {r["model"] for r in rows} == {"transformer_lm", "alibi_transformer_lm_gpt2_small"}
     for name, start, arch in [("gpt-2-continued", "checkpoint.pt", "transformer_lm"),
                               ("gpt-2-alibi-recovered", "converted-alibi.pt", "alibi_transformer_lm_gpt2_small"),
                               ("gpt-2-alibi-recovered-with-distillation", "converted-alibi.pt", "alibi_transformer_lm_gpt2_small")]:
-        trained = json.loads((checkpoints / f"{name}-L16-s1" / "train_flags.json").read_text())
+        trained = json.loads((checkpoints / f"{name}-L16-s2" / "train_flags.json").read_text())
         assert trained["--finetune-from-model"] == os.path.join(imported, start) and trained["--arch"] == arch
         assert trained.get("--teacher-path") == (os.path.join(imported, "checkpoint.pt") if "distillation" in name else None)
     table = (out / "table_valid_stride0.md").read_text()

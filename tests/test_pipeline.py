@@ -338,11 +338,14 @@ def test_trade_table_of_several_seeds(tmp_path):
     assert lines[6:] == ["| tokens per update | L=256 | L=1024 |", "|---|---|---|",
                          "| 2048 |  | 210.00 ± 14.14 (n=2); 2 seq, 80 s |",
                          "| 8192 | 160.00 ± 14.14 (n=2); 32 seq, 300 s |  |"]
-    # a run whose flags are not known is left out, and the grid says how many
+    # With the files beside a checkpoint gone, OUT's training-resources.csv (written by the report
+    # above) still knows its run: the same grid. A run known nowhere is left out, and the grid says how many.
     (tmp_path / "variant-s2" / "train_flags.json").unlink()
-    lines = report(rows, str(tmp_path / "out")).splitlines()
+    assert report(rows, str(tmp_path / "out")).splitlines()[6:] == lines[6:]
+    lines = report(rows, str(tmp_path / "elsewhere")).splitlines()
     assert lines[-3:] == ["| 8192 | 150.00; 32 seq, 300 s |  |", "",
-                          "(1 of these runs left out: no train_flags.json beside the checkpoint)"]
+                          "(1 of these runs left out: no train_flags.json beside the checkpoint, nor their tokens per "
+                          "update in training-resources.csv)"]
 
 
 def test_presets_go_on_after_a_finished_training_and_show_its_errors(wt2_slice, tmp_path):

@@ -143,7 +143,9 @@ def byte_level_files(hf_dir, out_dir):
     return True
 
 
-def import_gpt2(hf_dir, out_dir):
+def import_gpt2(hf_dir, out_dir, seed=None):
+    """hf_dir's GPT2LMHeadModel as a fairseq checkpoint in the new folder out_dir; seed: the seed it
+    was trained with, recorded as its training seed (else fairseq's default, 1, stands there)."""
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
@@ -165,6 +167,8 @@ def import_gpt2(hf_dir, out_dir):
         model.load_state_dict(state, strict=True)
         container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         container["task"]["data"] = os.path.abspath(out_dir)
+        if seed is not None:
+            container["common"]["seed"] = seed
         if has_bpe:
             container["bpe"] = {"_name": "hf_byte_bpe", "bpe_merges": os.path.join(os.path.abspath(out_dir), "merges.txt"),
                                 "bpe_vocab": os.path.join(os.path.abspath(out_dir), "vocab.json"),
@@ -182,8 +186,10 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("hf_dir", help="a GPT2LMHeadModel folder (save_pretrained's, or a downloaded gpt2)")
     parser.add_argument("out_dir", help="a new or empty directory: checkpoint.pt, dict.txt (and the BPE files)")
+    parser.add_argument("--seed", type=int, help="the seed the model was trained with, recorded as its training "
+                        "seed (results rows read it; without it fairseq's default, 1, stands there)")
     args = parser.parse_args(argv)
-    import_gpt2(args.hf_dir, args.out_dir)
+    import_gpt2(args.hf_dir, args.out_dir, args.seed)
     print(f"imported {args.hf_dir} to {args.out_dir}/checkpoint.pt", file=sys.stderr)
 
 
