@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Verdicts on comparisons of seeded cells: an experiment's declared claims, and any two cells asked for.
 
-    python scripts/claims.py RESULTS.jsonl [--experiment comparison|documents|conversion] [--out claims.md]
+    python scripts/claims.py RESULTS.jsonl [--experiment NAME] [--out claims.md]
     python scripts/claims.py RESULTS.jsonl --compare "LABEL A@K" "LABEL B@K" [--relation lower|at-most]
 
 A cell is (label, K x L) of one stride, over the training seeds (one run, one checkpoint, per seed);
@@ -78,7 +78,22 @@ CONVERSION = (
     Claim("ALiBi from scratch for as many updates beats the distilled conversion (at 16L)", ("ALiBi from scratch (1600)", 16),
           ("Converted + 200 distill", 16), "lower"),
 )
-EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "documents": DOCUMENTS, "conversion": CONVERSION}
+# The masked LMs are scored nonoverlapping only.
+LITTLEBIRD = tuple(claim for k, where in ((1, "at L"), (16, "at 16L")) for claim in (
+    Claim(f"LittleBird's sparse window costs nothing against the dense BiALiBi encoder ({where})", ("LittleBird", k),
+          ("ALiBi bialibi", k), "at most", ("0",)),
+    Claim(f"Padding insertion improves LittleBird ({where})", ("LittleBird + padding insertion", k), ("LittleBird", k),
+          "lower", ("0",)))) + (
+    Claim("LittleBird extrapolates (16L below L)", ("LittleBird", 16), ("LittleBird", 1), "lower", ("0",)),)
+LITTLEBIRD_LONG = (
+    Claim("LittleBird trained at 512 costs nothing against the dense encoder (at L)", ("LittleBird", 1),
+          ("ALiBi bialibi", 1), "at most", ("0",)),
+    Claim("LittleBird trained at 512 costs nothing against the dense encoder (at 8L)", ("LittleBird", 8),
+          ("ALiBi bialibi", 8), "at most", ("0",)),
+    Claim("LittleBird trained at 512 extrapolates (8L below L)", ("LittleBird", 8), ("LittleBird", 1), "lower", ("0",)),
+)
+EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "documents": DOCUMENTS, "conversion": CONVERSION, "littlebird": LITTLEBIRD,
+                     "littlebird-long": LITTLEBIRD_LONG}
 SEEDS = 3
 
 
