@@ -92,7 +92,21 @@ LITTLEBIRD_LONG = (
           ("ALiBi bialibi", 8), "at most", ("0",)),
     Claim("LittleBird trained at 512 extrapolates (8L below L)", ("LittleBird", 8), ("LittleBird", 1), "lower", ("0",)),
 )
-EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "documents": DOCUMENTS, "conversion": CONVERSION, "littlebird": LITTLEBIRD,
+# The trade compares models trained at several lengths (a cell's third element: trained at T x L),
+# each scored nonoverlapping.
+TRADE = tuple(
+    Claim(f"The sinusoidal model trained at {t}L is no worse at its own length than the one trained at L",
+          ("Sinusoidal", t, t), ("Sinusoidal", 1), "at most", ("0",)) for t in (2, 4, 16)) + (
+    Claim("ALiBi trained at L beats, at 16L, the sinusoidal model trained at 16L", ("ALiBi", 16), ("Sinusoidal", 16, 16),
+          "lower", ("0",)),
+    Claim("ALiBi trained at L, scored at 16L, beats the sinusoidal model trained and scored at L", ("ALiBi", 16),
+          ("Sinusoidal", 1), "lower", ("0",)),
+    Claim("At 4096 tokens per update, L beats 2L (64 against 32 sequences per update)", ("Sinusoidal at L, 2x tokens", 1),
+          ("Sinusoidal, sequences per update fixed", 2, 2), "lower", ("0",)),
+    Claim("At 8192 tokens per update, L beats 4L (128 against 32 sequences per update)", ("Sinusoidal at L, 4x tokens", 1),
+          ("Sinusoidal, sequences per update fixed", 4, 4), "lower", ("0",)),
+)
+EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "trade": TRADE, "documents": DOCUMENTS, "conversion": CONVERSION, "littlebird": LITTLEBIRD,
                      "littlebird-long": LITTLEBIRD_LONG}
 SEEDS = 3
 
@@ -126,31 +140,37 @@ def t_test(a, b):
 
 
 def cells(rows):
-    """{(stride rule, label, l_valid): {checkpoint: perplexity}} of the models trained at the
-    shortest length scored (L), split valid; and L. Two runs of one label and seed are refused:
-    a seed is one run."""
+    """{(stride rule, label, training length, l_valid): {checkpoint: perplexity}}, split valid; and L,
+    the shortest length scored. Two runs of one label, training length and seed are refused: a seed
+    is one run."""
     length = min(key[-1] for key in rows)
     out, runs = {}, {}
     for (split, stride, label, train_length, seed, checkpoint, l_valid), ppl in rows.items():
-        if split != "valid" or train_length not in (None, length):
+        if split != "valid":
             continue
-        other = runs.setdefault((label, seed), checkpoint)
+        train_length = train_length or length
+        other = runs.setdefault((label, train_length, seed), checkpoint)
         if other != checkpoint:
             raise SystemExit(f"error: the rows hold two runs of {label}, seed {seed} ({other} and {checkpoint}): "
                              "a verdict counts one run per seed; give the rows of one run")
-        out.setdefault((stride, label, l_valid), {})[checkpoint] = ppl
+        out.setdefault((stride, label, train_length, l_valid), {})[checkpoint] = ppl
     return out, length
 
 
 def lines(found, length, claim):
-    """The claim's table lines, one per stride."""
+    """The claim's table lines, one per stride. A cell is (label, K) at K x L of a model trained at L,
+    or (label, K, T) of one trained at T x L."""
     out = []
     for stride in claim.strides:
-        a, b = ((found.get((stride, label, k * length), {}), f"{label} at {k * length}") for label, k in (claim.a, claim.b))
+        sides = []
+        for label, k, *trained in (claim.a, claim.b):
+            t = trained[0] if trained else 1
+            name = f"{label} at {k * length}" + (f" (trained at {t * length})" if t != 1 else "")
+            sides.append((found.get((stride, label, t * length, k * length), {}), name))
         shown = [f"{name}: {results.cell(list(values.values()), len(values))} (n={len(values)})" if values
-                 else f"{name}: not scored" for values, name in (a, b)]
+                 else f"{name}: not scored" for values, name in sides]
         scoring = "nonoverlapping" if stride == "0" else f"sliding, stride {stride}"
-        rule, test, verdict = compare(a[0], b[0], claim.relation)
+        rule, test, verdict = compare(sides[0][0], sides[1][0], claim.relation)
         out.append(f"| {claim.text} | {scoring} | {shown[0]} | {shown[1]} | {rule} | {test} | {verdict} |")
     return out
 

@@ -640,6 +640,10 @@ def test_claims_verdicts_against_the_spread_and_the_tests_written_out(tmp_path):
     assert answer.returncode != 0 and answer.stderr.strip().splitlines() == [
         "error: the rows hold two runs of ALiBi, seed 1 (ALiBi-s1 and ALiBi-again-s1): a verdict counts one run per seed; "
         "give the rows of one run"], answer.stderr
+    # A cell of a model trained at T x L: (label, K, T).
+    trained_long = [dict(row("ALiBi", s, 1024, 90 + s), train_length=1024, checkpoint=f"long-s{s}") for s in (1, 2, 3)]
+    text = claims.table(results.keyed(rows + trained_long), [claims.Claim("long", ("ALiBi", 16, 16), ("ALiBi", 16), "lower", ("0",))])
+    assert "ALiBi at 1024 (trained at 1024): 92.00 ± 1.00 (n=3) | ALiBi at 1024: 102.00 ± 1.00 (n=3)" in text
     answer = subprocess.run([sys.executable, "scripts/claims.py", str(tmp_path / "r.jsonl"), "--compare", "ALiBi", "FIRE@16"],
                             cwd=REPO, capture_output=True, text=True)
     assert answer.returncode != 0 and "--compare takes cells as LABEL@K" in answer.stderr

@@ -40,7 +40,7 @@ REBUILDS = {
     f"{RESULTS}/main-gpu": [runner("main")],
     f"{RESULTS}/mlm": [runner("mlm")],
     f"{RESULTS}/scale2": [runner("scale2"), CLAIMS],
-    f"{RESULTS}/trade": [runner("trade")],
+    f"{RESULTS}/trade": [runner("trade"), claims("trade")],
     os.path.join("examples", "synthetic", "results"): [runner("synthetic")],
     os.path.join("examples", "synthetic", "budget"): [["examples/synthetic/table.py", "{out}/results.jsonl", "--out", "{out}"]],
 }
