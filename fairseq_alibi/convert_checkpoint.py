@@ -139,7 +139,7 @@ def main(argv=None):
     kept = dictionaries.checkpoint_dictionary(args.source)
     model_cfg = converted["cfg"]["model"]
     if kept and os.path.isfile(os.path.join(kept, "dict.txt")) and not model_cfg.get("dictionary_sha256"):
-        model_cfg["dictionary_sha256"] = dictionaries.data_fingerprint(kept)  # recorded inside it too
+        model_cfg["dictionary_sha256"] = dictionaries.dictionary_fingerprint(kept)  # recorded inside it too
     with written_whole(args.target) as partial:  # a failed write (a full disk) leaves no truncated checkpoint
         try:
             torch.save(converted, partial)

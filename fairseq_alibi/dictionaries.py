@@ -44,17 +44,21 @@ def fingerprint(symbols: List[str]) -> str:
     return hashlib.sha256("\n".join(symbols).encode("utf-8")).hexdigest()[:16]
 
 
-def data_fingerprint(data: str) -> str:
-    """fingerprint() of a data directory's dict.txt."""
+def dictionary_fingerprint(data: str) -> str:
+    """fingerprint() of a data directory's dict.txt: its words only (files.data_fingerprint is of the
+    bytes of the dictionary and a split)."""
     return fingerprint(words(os.path.join(data, "dict.txt")))
 
 
 def recorded_problem(recorded: Optional[str], data: str, what: str) -> Optional[str]:
     """None if a model's recorded dictionary fingerprint (None: a model from before it was recorded)
     is DATA's, else the one-line reason."""
-    if recorded and os.path.isfile(os.path.join(data, "dict.txt")) and recorded != data_fingerprint(data):
+    if not recorded or not os.path.isfile(os.path.join(data, "dict.txt")):
+        return None
+    own = dictionary_fingerprint(data)
+    if recorded != own:
         return (f"{what} was trained on another dictionary than {data}'s (its dictionary_sha256 {recorded}, "
-                f"{data}'s {data_fingerprint(data)}): give the data it was trained on")
+                f"{data}'s {own}): give the data it was trained on")
     return None
 
 

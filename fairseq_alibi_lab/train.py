@@ -178,7 +178,7 @@ def main(argv):
 
     # The plugin's models record their data's dictionary in every checkpoint's config (not a run
     # flag: a run started before it was recorded resumes).
-    recorded = ["--dictionary-sha256", dictionaries.data_fingerprint(data)] if "--user-dir" in model else []
+    recorded = ["--dictionary-sha256", dictionaries.dictionary_fingerprint(data)] if "--user-dir" in model else []
     command = ["fairseq-train", data, "--save-dir", save_dir, *model, *TRAINING, "--tokens-per-sample", length,
                "--tensorboard-logdir", os.path.join(save_dir, "tensorboard"), *recipe, *precision, *launcher, *extra,
                *schedule, *recorded]

@@ -671,7 +671,7 @@ def test_another_dictionary_of_the_same_size_is_refused_by_every_reader(toy_chec
     # The dictionary is recorded inside the checkpoint too: copied alone, or beside the other
     # data's dict.txt, it is still refused.
     assert torch.load(toy_checkpoint, weights_only=False)["cfg"]["model"]["dictionary_sha256"] == \
-        dictionaries.data_fingerprint(wt2_slice)
+        dictionaries.dictionary_fingerprint(wt2_slice)
     for where in (tmp_path / "alone", other):
         where.mkdir(exist_ok=True)
         shutil.copy(toy_checkpoint, where / "copied.pt")
