@@ -5,8 +5,9 @@
     python scripts/claims.py RESULTS.jsonl --compare "LABEL A@K" "LABEL B@K" [--relation lower|at-most]
 
 A cell is (label, K x L) of one stride, over the training seeds (one run, one checkpoint, per seed);
-L is the shortest L_valid scored, where the models were trained. Each comparison gets, from one
-function (compare):
+L is the shortest L_valid scored, where the models were trained. The synthetic tasks' cells are
+(label, task, size bucket) of exact match, in percent (higher is better). Each comparison gets,
+from one function (compare):
 - the descriptive rule: "separated by the seeds' spread" where the means differ by more than the
   two sample standard deviations together, else "within the seeds' spread". It is a description,
   not a significance test;
@@ -15,6 +16,7 @@ function (compare):
 - the verdict, by the rule: "supported" or "refuted" by the direction the claim predicts where
   separated, "not separated" where not ("supported (not separated)" for a claim that A is "at
   most" B); "no verdict" below 3 seeds a side.
+A claim that A is "lower" is on perplexity; "higher" on exact match.
 Prints the Markdown table (and writes it to --out if given).
 """
 import argparse
@@ -28,8 +30,8 @@ class Claim:
     text: str
     a: tuple  # (label, multiple of L)
     b: tuple
-    relation: str  # "lower": a's perplexity is below b's; "at most": a's is not above b's
-    strides: tuple = ("0", "L_valid/2")
+    relation: str  # "lower": a's value is below b's; "at most": not above it; "higher": above it
+    strides: tuple = ("0", "L_valid/2")  # the scorings: stride rules, or EXACT_MATCH
 
 
 CLAIMS = (
@@ -92,6 +94,31 @@ LITTLEBIRD_LONG = (
           ("ALiBi bialibi", 8), "at most", ("0",)),
     Claim("LittleBird trained at 512 extrapolates (8L below L)", ("LittleBird", 8), ("LittleBird", 1), "lower", ("0",)),
 )
+# The masked LMs of the bidirectional comparison (nonoverlapping; masked-token perplexity).
+MLM_VARIANTS = ("ALiBi symmetric", "ALiBi ruoss", "ALiBi bialibi", "ALiBi learned", "ALiBi one_sided")
+MLM = tuple(
+    Claim(f"The {twin} twin degrades past L (L below 16L)", (label, 1), (label, 16), "lower", ("0",))
+    for twin, label in (("sinusoidal", "Sinusoidal"), ("learned-position", "Learned positions"))) + tuple(
+    Claim(f"{label} does not degrade past L (16L at most L)", (label, 16), (label, 1), "at most", ("0",))
+    for label in MLM_VARIANTS) + tuple(
+    Claim(f"{a} is below {b} at L", (a, 1), (b, 1), "lower", ("0",)) for a, b in (
+        ("ALiBi one_sided", "ALiBi learned"), ("ALiBi learned", "ALiBi bialibi"), ("ALiBi bialibi", "ALiBi ruoss"),
+        ("ALiBi ruoss", "ALiBi symmetric")))
+# The synthetic tasks: exact match at 21-40, up to twice the training sizes (1-20).
+EXACT_MATCH = "exact match"
+PAST = "21-40"
+SYNTHETIC = tuple(
+    Claim(f"{label} beats the sinusoidal twin on {task} past the training sizes", (label, task, PAST),
+          ("Sinusoidal", task, PAST), "higher", (EXACT_MATCH,))
+    for task in ("copy", "reverse") for label in MLM_VARIANTS) + tuple(
+    Claim(f"{a} beats {b} on {task} past the training sizes", (a, task, PAST), (b, task, PAST), "higher", (EXACT_MATCH,))
+    for task, a, b in (
+        ("reverse", "ALiBi one_sided", "ALiBi bialibi"), ("reverse", "ALiBi one_sided", "ALiBi learned"),
+        ("reverse", "ALiBi one_sided", "ALiBi symmetric"), ("reverse", "ALiBi one_sided", "ALiBi ruoss"),
+        ("reverse", "ALiBi bialibi", "ALiBi learned"), ("reverse", "ALiBi bialibi", "ALiBi symmetric"),
+        ("reverse", "ALiBi learned", "ALiBi symmetric"), ("reverse", "ALiBi symmetric", "ALiBi ruoss"),
+        ("copy", "ALiBi ruoss", "ALiBi symmetric"), ("copy", "ALiBi ruoss", "ALiBi bialibi"),
+        ("copy", "ALiBi learned", "ALiBi symmetric")))
 # The trade compares models trained at several lengths (a cell's third element: trained at T x L),
 # each scored nonoverlapping.
 TRADE = tuple(
@@ -107,7 +134,7 @@ TRADE = tuple(
           ("Sinusoidal, sequences per update fixed", 4, 4), "lower", ("0",)),
 )
 EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "trade": TRADE, "documents": DOCUMENTS, "conversion": CONVERSION, "littlebird": LITTLEBIRD,
-                     "littlebird-long": LITTLEBIRD_LONG}
+                     "littlebird-long": LITTLEBIRD_LONG, "mlm": MLM, "synthetic": SYNTHETIC}
 SEEDS = 3
 
 
@@ -123,7 +150,7 @@ def compare(a, b, relation, seeds=SEEDS):
     if not separated:
         verdict = "supported (not separated)" if relation == "at most" else "not separated"
     else:
-        verdict = "supported" if mean_a < mean_b else "refuted"
+        verdict = "supported" if (mean_a > mean_b if relation == "higher" else mean_a < mean_b) else "refuted"
     return rule, t_test(a, b), verdict
 
 
@@ -139,6 +166,14 @@ def t_test(a, b):
     return f"{name}, p = {p:.2g}" if p == p else f"{name}: no spread, p undefined"
 
 
+def one_run_per_seed(runs, run, label, seed, checkpoint):
+    """Refuses a second checkpoint for one run (a label, a training length) and seed."""
+    other = runs.setdefault((run, seed), checkpoint)
+    if other != checkpoint:
+        raise SystemExit(f"error: the rows hold two runs of {label}, seed {seed} ({other} and {checkpoint}): "
+                         "a verdict counts one run per seed; give the rows of one run")
+
+
 def cells(rows):
     """{(stride rule, label, training length, l_valid): {checkpoint: perplexity}}, split valid; and L,
     the shortest length scored. Two runs of one label, training length and seed are refused: a seed
@@ -149,29 +184,50 @@ def cells(rows):
         if split != "valid":
             continue
         train_length = train_length or length
-        other = runs.setdefault((label, train_length, seed), checkpoint)
-        if other != checkpoint:
-            raise SystemExit(f"error: the rows hold two runs of {label}, seed {seed} ({other} and {checkpoint}): "
-                             "a verdict counts one run per seed; give the rows of one run")
+        one_run_per_seed(runs, (label, train_length), label, seed, checkpoint)
         out.setdefault((stride, label, train_length, l_valid), {})[checkpoint] = ppl
     return out, length
 
 
-def lines(found, length, claim):
-    """The claim's table lines, one per stride. A cell is (label, K) at K x L of a model trained at L,
-    or (label, K, T) of one trained at T x L."""
+def perplexity_cells(length):
+    """A cell (label, K) at K x L of a model trained at L, or (label, K, T) of one trained at T x L:
+    its key in cells() for a stride, and its name."""
+    def locate(cell, stride):
+        label, k, *trained = cell
+        t = trained[0] if trained else 1
+        name = f"{label} at {k * length}" + (f" (trained at {t * length})" if t != 1 else "")
+        return (stride, label, t * length, k * length), name
+    return locate
+
+
+def accuracy_cells(rows):
+    """{(label, task, "low-high"): {checkpoint: exact match in percent}} from exact_match.py's rows
+    (the last scoring of a checkpoint wins); two runs of one label and seed refused."""
+    out, runs = {}, {}
+    for r in rows:
+        one_run_per_seed(runs, r["label"], r["label"], r.get("seed"), r["checkpoint"])
+        out.setdefault((r["label"], r["task"], f"{r['n_low']}-{r['n_high']}"), {})[r["checkpoint"]] = 100 * r["accuracy"]
+    return out
+
+
+def locate_accuracy(cell, scoring):
+    label, task, sizes = cell
+    return cell, f"{label}, {task} {sizes}"
+
+
+SCORINGS = {"0": "nonoverlapping", EXACT_MATCH: "exact match (%)"}
+
+
+def lines(found, locate, claim):
+    """The claim's table lines, one per scoring."""
     out = []
-    for stride in claim.strides:
-        sides = []
-        for label, k, *trained in (claim.a, claim.b):
-            t = trained[0] if trained else 1
-            name = f"{label} at {k * length}" + (f" (trained at {t * length})" if t != 1 else "")
-            sides.append((found.get((stride, label, t * length, k * length), {}), name))
+    for scoring in claim.strides:
+        sides = [(found.get(key, {}), name) for key, name in (locate(cell, scoring) for cell in (claim.a, claim.b))]
         shown = [f"{name}: {results.cell(list(values.values()), len(values))} (n={len(values)})" if values
                  else f"{name}: not scored" for values, name in sides]
-        scoring = "nonoverlapping" if stride == "0" else f"sliding, stride {stride}"
         rule, test, verdict = compare(sides[0][0], sides[1][0], claim.relation)
-        out.append(f"| {claim.text} | {scoring} | {shown[0]} | {shown[1]} | {rule} | {test} | {verdict} |")
+        out.append(f"| {claim.text} | {SCORINGS.get(scoring, f'sliding, stride {scoring}')} | {shown[0]} | {shown[1]} "
+                   f"| {rule} | {test} | {verdict} |")
     return out
 
 
@@ -180,8 +236,15 @@ HEADER = ["| claim | scoring | A | B | the seeds' spread (descriptive) | test (t
 
 
 def table(rows, claims=CLAIMS):
+    """The claims' table on perplexity rows (results.load's)."""
     found, length = cells(rows)
-    return "\n".join(HEADER + [line for claim in claims for line in lines(found, length, claim)]) + "\n"
+    return "\n".join(HEADER + [line for claim in claims for line in lines(found, perplexity_cells(length), claim)]) + "\n"
+
+
+def accuracy_table(rows, claims=SYNTHETIC):
+    """The claims' table on the synthetic tasks' exact-match rows."""
+    found = accuracy_cells(rows)
+    return "\n".join(HEADER + [line for claim in claims for line in lines(found, locate_accuracy, claim)]) + "\n"
 
 
 def cell_name(text):
@@ -199,19 +262,29 @@ def main():
     p.add_argument("--experiment", choices=sorted(EXPERIMENT_CLAIMS), default="comparison",
                    help="whose declared claims (default: the comparison's, which the second scale shares)")
     p.add_argument("--compare", nargs=2, metavar=("A@K", "B@K"),
-                   help="the verdict on these two cells (both strides) instead of the comparison's claims")
+                   help="the verdict on these two cells (each stride scored) instead of the declared claims")
     p.add_argument("--relation", choices=("lower", "at-most"), default="lower",
                    help="with --compare: A's perplexity below B's (default), or A's not above B's")
     args = p.parse_args()
-    rows = results.load(args.results)
-    if not rows:
-        p.error(f"no results in {', '.join(args.results)}")
-    claims = EXPERIMENT_CLAIMS[args.experiment]
-    if args.compare:
-        a, b = map(cell_name, args.compare)
-        claims = [Claim(f"{a[0]} at {a[1]}L {'below' if args.relation == 'lower' else 'at most'} {b[0]} at {b[1]}L",
-                        a, b, args.relation.replace("-", " "))]
-    text = table(rows, claims)
+    if args.experiment == "synthetic":
+        if args.compare:
+            p.error("--compare takes perplexity cells; the synthetic tasks' comparisons are the declared ones")
+        rows = [r for path in args.results for r in results.read_json_lines(
+            path, ("label", "task", "n_low", "n_high", "accuracy", "checkpoint"), "examples/synthetic/exact_match.py")]
+        if not rows:
+            p.error(f"no results in {', '.join(args.results)}")
+        text = accuracy_table(rows)
+    else:
+        rows = results.load(args.results)
+        if not rows:
+            p.error(f"no results in {', '.join(args.results)}")
+        claims = EXPERIMENT_CLAIMS[args.experiment]
+        if args.compare:
+            a, b = map(cell_name, args.compare)
+            scored = sorted({key[1] for key in rows}, key=lambda stride: stride != "0")
+            claims = [Claim(f"{a[0]} at {a[1]}L {'below' if args.relation == 'lower' else 'at most'} {b[0]} at {b[1]}L",
+                            a, b, args.relation.replace("-", " "), tuple(scored))]
+        text = table(rows, claims)
     if args.out:
         with written_whole(args.out) as partial, open(partial, "w") as f:
             f.write(text)

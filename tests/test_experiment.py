@@ -600,6 +600,8 @@ def test_claims_verdicts_against_the_spread_and_the_tests_written_out(tmp_path):
     assert verdict([2.9, 3.0, 3.1], [1, 2, 3], "at most") == "supported (not separated)"
     assert verdict([10, 11, 12], [1, 2, 3], "at most") == "refuted"
     assert verdict([1, 2], [10, 11, 12], "lower").startswith("no verdict (n = 2 and 3")
+    assert verdict([10, 11, 12], [1, 2, 3], "higher") == "supported"  # exact match: higher is better
+    assert verdict([1, 2, 3], [10, 11, 12], "higher") == "refuted"
     rule, _, _ = claims.compare(seeds(1, 2, 3, run="a"), seeds(3.1, 3.2, 3.3, run="b"), "lower")
     assert rule == "separated by the seeds' spread"
 
@@ -647,6 +649,31 @@ def test_claims_verdicts_against_the_spread_and_the_tests_written_out(tmp_path):
     answer = subprocess.run([sys.executable, "scripts/claims.py", str(tmp_path / "r.jsonl"), "--compare", "ALiBi", "FIRE@16"],
                             cwd=REPO, capture_output=True, text=True)
     assert answer.returncode != 0 and "--compare takes cells as LABEL@K" in answer.stderr
+
+
+def test_claims_on_exact_match_rows(tmp_path):
+    """The synthetic tasks' claims: cells (label, task, sizes) of exact match in percent from
+    exact_match.py's rows, Welch's test; two runs of one seed refused; --compare refused there."""
+    from fairseq_alibi_lab import claims
+
+    def row(label, seed, accuracy, n_low=21, n_high=40, run=""):
+        return {"label": label, "task": "copy", "n_low": n_low, "n_high": n_high, "accuracy": accuracy, "seed": seed,
+                "checkpoint": f"{label}{run}-s{seed}"}
+
+    rows = [row("A", s, a) for s, a in ((1, 0.40), (2, 0.42), (3, 0.44))]
+    rows += [row("B", s, a) for s, a in ((1, 0.02), (2, 0.00), (3, 0.04))] + [row("B", 1, 0.99, 1, 20)]
+    text = claims.accuracy_table(rows, [claims.Claim("A beats B", ("A", "copy", "21-40"), ("B", "copy", "21-40"), "higher",
+                                                     (claims.EXACT_MATCH,))])
+    line = text.splitlines()[2]
+    assert "| exact match (%) | A, copy 21-40: 42.00 ± 2.00 (n=3) | B, copy 21-40: 2.00 ± 2.00 (n=3) |" in line
+    assert line.endswith("| separated by the seeds' spread | Welch t, p = 1.6e-05 | supported |"), line
+    with pytest.raises(SystemExit, match="two runs of A, seed 1"):
+        claims.accuracy_table(rows + [row("A", 1, 0.5, run="-again")])
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    answer = subprocess.run([sys.executable, "scripts/claims.py", str(path), "--experiment", "synthetic", "--compare", "A@1", "B@1"],
+                            cwd=REPO, capture_output=True, text=True)
+    assert answer.returncode != 0 and "--compare takes perplexity cells" in answer.stderr
 
 
 def test_one_flag_reader_keeps_what_argparse_keeps():

@@ -38,10 +38,10 @@ REBUILDS = {
     f"{RESULTS}/littlebird": [runner("littlebird"), claims("littlebird")],
     f"{RESULTS}/littlebird-long": [runner("littlebird-long"), claims("littlebird-long")],
     f"{RESULTS}/main-gpu": [runner("main")],
-    f"{RESULTS}/mlm": [runner("mlm")],
+    f"{RESULTS}/mlm": [runner("mlm"), claims("mlm")],
     f"{RESULTS}/scale2": [runner("scale2"), CLAIMS],
     f"{RESULTS}/trade": [runner("trade"), claims("trade")],
-    os.path.join("examples", "synthetic", "results"): [runner("synthetic")],
+    os.path.join("examples", "synthetic", "results"): [runner("synthetic"), claims("synthetic")],
     os.path.join("examples", "synthetic", "budget"): [["examples/synthetic/table.py", "{out}/results.jsonl", "--out", "{out}"]],
 }
 # What the commands read (kept in the copy) rather than write (removed from it first).
