@@ -57,6 +57,16 @@ CLAIMS = (
           ("ALiBi, learned slopes", 1), "at most"),
     Claim("Learned slopes do not help past L (ALiBi at 16L no worse than learned slopes)", ("ALiBi", 16),
           ("ALiBi, learned slopes", 16), "at most"),
+    # What docs/comparison.md reads off the tables, each checked the same way.
+    Claim("ALiBi beats the sinusoidal model at L (the main job's question)", ("ALiBi", 1), ("Sinusoidal", 1), "lower"),
+    Claim("KERPLE power beats KERPLE log at L", ("KERPLE power", 1), ("KERPLE log", 1), "lower"),
+    Claim("Rotary holds to 2L (2L no worse than L)", ("Rotary", 2), ("Rotary", 1), "at most"),
+    Claim("Linear interpolation improves rotary past L", ("Rotary + linear interp.", 16), ("Rotary", 16), "lower"),
+    Claim("YaRN improves rotary past L more than NTK", ("Rotary + YaRN", 16), ("Rotary + NTK", 16), "lower"),
+    Claim("NTK rescaling of ALiBi's slopes costs perplexity at 16L (ALiBi below it)", ("ALiBi", 16),
+          ("ALiBi + NTK", 16), "lower"),
+    Claim("Dynamic NTK rescaling of ALiBi's slopes costs perplexity at 16L (ALiBi below it)", ("ALiBi", 16),
+          ("ALiBi + dynamic NTK", 16), "lower"),
     # FoX's paper: the forget gate (data-dependent ALiBi) models language better and extrapolates.
     Claim("FoX's forget gate improves on ALiBi at L", ("FoX (forget gate)", 1), ("ALiBi", 1), "lower"),
     Claim("FoX's forget gate extrapolates better than ALiBi", ("FoX (forget gate)", 16), ("ALiBi", 16), "lower"),
@@ -281,6 +291,9 @@ def main():
         claims = EXPERIMENT_CLAIMS[args.experiment]
         if args.compare:
             a, b = map(cell_name, args.compare)
+            labels = sorted({key[2] for key in rows})
+            for label in {a[0], b[0]} - set(labels):
+                p.error(f"no rows of {label!r} in {', '.join(args.results)}; its labels: {', '.join(labels)}")
             scored = sorted({key[1] for key in rows}, key=lambda stride: stride != "0")
             claims = [Claim(f"{a[0]} at {a[1]}L {'below' if args.relation == 'lower' else 'at most'} {b[0]} at {b[1]}L",
                             a, b, args.relation.replace("-", " "), tuple(scored))]
