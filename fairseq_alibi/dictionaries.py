@@ -6,13 +6,17 @@ fairseq checkpoints do not hold their dictionary: it is read from the data direc
 scored or fine-tuned on another corpus's dictionary of the same size reads every token as another
 word, silently. The plugin's causal models record their training dictionary's fingerprint in their
 config (--dictionary-sha256, which scripts/train.sh and the converter set), checked when the model
-is built and by check() here, whatever sits beside the checkpoint. For every model, scripts/train.sh
+is built and by check() here, whatever sits beside the checkpoint. Every other model (a stock twin,
+a masked LM, an encoder-decoder, an imported GPT-2) has it as a top-level entry of its checkpoint
+(fairseq loads past it), written when its training ends (record, by scripts/train.sh and
+train_once.sh) or by the importer, and checked by check() the same way. For every model, scripts/train.sh
 and train_once.sh also keep a copy of the training data's dictionaries (dict.txt; a translation
 task's dict.src.txt, dict.tgt.txt) beside the checkpoints (as fairseq's released models ship theirs),
 and the tools compare words, not counts.
 
     python3 fairseq_alibi/dictionaries.py check CHECKPOINT DATA_DIR     # exit 1 with one line if they differ
     python3 fairseq_alibi/dictionaries.py keep DATA_DIR SAVE_DIR        # copy its dict*.txt into SAVE_DIR (refuse another)
+    python3 fairseq_alibi/dictionaries.py record SAVE_DIR DATA_DIR      # its fingerprint into SAVE_DIR's checkpoints
 """
 import os
 import shutil
@@ -20,6 +24,8 @@ import sys
 from typing import List, Optional
 
 from fairseq_alibi.files import written_whole  # noqa: E402  (absolute: also run as a script, by train.sh)
+
+RECORDED = "dictionary_sha256"  # a plugin model's config field; any other model's top-level checkpoint entry
 
 
 def words(path: str) -> List[str]:
@@ -104,10 +110,47 @@ def check(checkpoint: str, data: str) -> Optional[str]:
             return (f"{checkpoint} was trained on another dictionary than {data}'s ({why.replace('dict.txt', name)}): "
                     "give the data it was trained on")
     try:
-        recorded = field(model_and_task(read_state(checkpoint))[0], "dictionary_sha256")
+        recorded = recorded_in(read_state(checkpoint))
     except (NotACheckpoint, KeyError, TypeError):
         recorded = None  # not ours to say: the caller's own checks name what it is
     return recorded_problem(recorded, data, checkpoint)
+
+
+def recorded_in(state) -> Optional[str]:
+    """The dictionary fingerprint a loaded checkpoint records (its config's, else its own entry), or None."""
+    from fairseq_alibi.checkpoints import field, model_and_task
+
+    return field(model_and_task(state)[0], RECORDED) or state.get(RECORDED)
+
+
+def record(save_dir: str, data: str) -> Optional[str]:
+    """DATA's dictionary fingerprint written into each checkpoint*.pt of SAVE_DIR that records none
+    (each through a temporary name); None if done, else why not (one line). A checkpoint that
+    records another dictionary is refused, never rewritten."""
+    import torch
+
+    from fairseq_alibi.checkpoints import NotACheckpoint, read_state
+
+    own = dictionary_fingerprint(data)
+    for name in sorted(n for n in os.listdir(save_dir) if n.startswith("checkpoint") and n.endswith(".pt")):
+        path = os.path.join(save_dir, name)
+        try:
+            state = read_state(path)
+        except NotACheckpoint as e:
+            return str(e)
+        recorded = recorded_in(state)
+        if recorded and recorded != own:
+            return recorded_problem(recorded, data, path)
+        if recorded:
+            continue
+        state = torch.load(path, map_location="cpu", weights_only=False)  # whole: it is rewritten
+        state[RECORDED] = own
+        with written_whole(path) as partial:  # a full or read-only disk: one line, the checkpoint as it was
+            try:
+                torch.save(state, partial)
+            except RuntimeError as e:  # torch's zip writer reports a full disk so
+                raise OSError(28, f"torch.save: {str(e).strip().splitlines()[0]}")
+    return None
 
 
 def keep(data: str, save_dir: str) -> Optional[str]:
@@ -127,8 +170,8 @@ def keep(data: str, save_dir: str) -> Optional[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in ("check", "keep"):
-        sys.exit(__doc__.strip().splitlines()[-2].strip() + "\n" + __doc__.strip().splitlines()[-1].strip())
-    problem = (check if sys.argv[1] == "check" else keep)(sys.argv[2], sys.argv[3])
+    if len(sys.argv) != 4 or sys.argv[1] not in ("check", "keep", "record"):
+        sys.exit("\n".join(line.strip() for line in __doc__.strip().splitlines()[-3:]))
+    problem = {"check": check, "keep": keep, "record": record}[sys.argv[1]](sys.argv[2], sys.argv[3])
     if problem:
         sys.exit(f"error: {problem}")

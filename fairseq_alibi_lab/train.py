@@ -3,11 +3,13 @@
     python3 -m fairseq_alibi_lab.train METHOD L DATA SAVE_DIR [PRESET] [-- extra fairseq-train flags]
 
 (scripts/train.sh's header is the user's documentation.) Every check is made before anything is
-written; a refusal is one line. The process then becomes fairseq-train (exec), holding
-SAVE_DIR/.train.lock for the run's lifetime.
+written; a refusal is one line. fairseq-train then runs, SAVE_DIR/.train.lock held for its
+lifetime; when it ends, the data's dictionary fingerprint goes into every checkpoint that does not
+record it in its config (a stock twin's: fairseq_alibi/dictionaries.py record).
 """
 import fcntl
 import os
+import subprocess
 import sys
 
 from fairseq_alibi import dictionaries, mistakes
@@ -154,7 +156,7 @@ def main(argv):
         except OSError:
             fail(f"another training is running on {save_dir} (it holds {save_dir}/.train.lock): wait for it, or give "
                  "another SAVE_DIR")
-        os.set_inheritable(lock, True)  # fairseq-train holds it for the run's lifetime
+        os.set_inheritable(lock, True)  # fairseq-train holds it too, should this process be killed first
     try:
         state, done = recipes.run_status(save_dir, arch, int(length), int(max_update),
                                          os.environ.get("CONTINUE_RUN") == "1", run_flags)
@@ -183,7 +185,15 @@ def main(argv):
                "--tensorboard-logdir", os.path.join(save_dir, "tensorboard"), *recipe, *precision, *launcher, *extra,
                *schedule, *recorded]
     sys.stdout.flush()
-    os.execvp(command[0], command)
+    try:
+        code = subprocess.call(command)
+    except KeyboardInterrupt:  # Ctrl-C reaches fairseq-train too (one process group): it stops, and we after it
+        code = 130
+    if rank == "0":  # what was saved, finished or not, records its dictionary (a stock twin's config cannot)
+        problem = dictionaries.record(save_dir, data)
+        if problem:
+            fail(problem)
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

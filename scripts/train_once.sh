@@ -57,3 +57,5 @@ if [ "$status" != 0 ]; then
   echo "error: training $name failed: $(grep -v '^\s*$' "$save/train.log" | tail -n 1) (the whole log: $save/train.log)" >&2
   exit 1
 fi
+# The data's dictionary fingerprint into each checkpoint (a top-level entry: these models' configs have no field for it).
+if [ -d "${2:-}" ]; then python3 "$here/../fairseq_alibi/dictionaries.py" record "$save" "$2" || exit 1; fi

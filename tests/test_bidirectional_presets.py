@@ -7,6 +7,7 @@ import re
 import subprocess
 
 import pytest
+import torch
 
 from conftest import REPO, run
 
@@ -38,6 +39,11 @@ def test_masked_lm_presets_toy_run_seeds_floor_and_shared_checkpoints(wt2_slice,
         assert r["experiment"] == "mlm" and r["recipe"] == "masked_lm" and r["stride_rule"] == "0"
     flags = json.loads((checkpoints / "alibi-bialibi-L16-s2" / "train_flags.json").read_text())
     assert flags["--task"] == "masked_lm" and flags["--seed"] == "2" and flags["--total-num-update"] == "4"
+    # an encoder's config has no field for its dictionary: train_once.sh records it in the checkpoint
+    from fairseq_alibi import dictionaries
+    assert dictionaries.check(str(checkpoints / "alibi-bialibi-L16-s2" / "checkpoint_last.pt"), wt2_slice) is None
+    assert torch.load(checkpoints / "alibi-bialibi-L16-s2" / "checkpoint_last.pt", weights_only=False)[
+        "dictionary_sha256"] == dictionaries.dictionary_fingerprint(wt2_slice)
     # the same masked tokens at every length and for every model, the floor included
     assert len({(r["masked_tokens"], r["mask_seed"]) for r in rows}) == 1 and rows[0]["masked_tokens"] > 1000
     floor = {r["l_valid"]: r["perplexity"] for r in rows if r["model"] == "unigram"}

@@ -435,6 +435,9 @@ def test_a_gpt2_on_a_fairseq_dictionary_keeps_its_ids(tmp_path):
     word_level_tokenizer(dictionary).save_pretrained(tmp_path / "hf")
     import_gpt2(str(tmp_path / "hf"), str(tmp_path / "fairseq"))
     assert (tmp_path / "fairseq" / "dict.txt").read_text().split()[::2] == dictionary.symbols[4:]
+    from fairseq_alibi import dictionaries  # the import records its dictionary inside the checkpoint
+    assert torch.load(tmp_path / "fairseq" / "checkpoint.pt", weights_only=False)["dictionary_sha256"] == \
+        dictionaries.dictionary_fingerprint(str(tmp_path / "fairseq"))
     hub = TransformerLanguageModel.from_pretrained(str(tmp_path / "fairseq"), "checkpoint.pt").eval()
     tokens = torch.cat([torch.tensor([[2]]), random_tokens(len(dictionary), 1, 31)], dim=1)
     with torch.no_grad():

@@ -678,3 +678,40 @@ def test_another_dictionary_of_the_same_size_is_refused_by_every_reader(toy_chec
         proc = eval_script(where / "copied.pt", other, tmp_path / "copied.jsonl", "32")
         assert proc.returncode == 1 and not (tmp_path / "copied.jsonl").exists()
         assert "was trained on another dictionary" in proc.stderr.strip().splitlines()[-1], proc.stderr[-1000:]
+
+
+def test_a_stock_twin_records_its_dictionary_inside_its_checkpoint(sinusoidal_checkpoint, wt2_slice, tmp_path):
+    """A stock model's config has no field for the dictionary: train.sh writes it as a top-level entry
+    of every checkpoint when the training ends, which fairseq loads past and every reader checks
+    (copied alone, or beside another corpus's dict.txt of the same size: refused); recording again
+    changes nothing, and a checkpoint recording another dictionary is never rewritten."""
+    import shutil
+
+    state = torch.load(sinusoidal_checkpoint, weights_only=False)
+    assert "dictionary_sha256" not in state["cfg"]["model"]
+    assert state["dictionary_sha256"] == dictionaries.dictionary_fingerprint(wt2_slice)
+    other = tmp_path / "other"
+    shutil.copytree(wt2_slice, other)
+    lines = (other / "dict.txt").read_text().splitlines(keepends=True)
+    lines[10], lines[11] = lines[11], lines[10]
+    (other / "dict.txt").write_text("".join(lines))
+    for where in (tmp_path / "alone", other):
+        where.mkdir(exist_ok=True)
+        shutil.copy(sinusoidal_checkpoint, where / "copied.pt")
+        proc = eval_script(where / "copied.pt", other, tmp_path / "copied.jsonl", "32")
+        assert proc.returncode == 1 and not (tmp_path / "copied.jsonl").exists()
+        assert "was trained on another dictionary" in proc.stderr.strip().splitlines()[-1], proc.stderr[-1000:]
+    save = tmp_path / "save"
+    save.mkdir()
+    shutil.copy(sinusoidal_checkpoint, save / "checkpoint_last.pt")
+    before = (save / "checkpoint_last.pt").read_bytes()
+    assert dictionaries.record(str(save), wt2_slice) is None and (save / "checkpoint_last.pt").read_bytes() == before
+    assert "was trained on another dictionary" in dictionaries.record(str(save), str(other))
+    assert (save / "checkpoint_last.pt").read_bytes() == before
+    del state["dictionary_sha256"]  # one from before it was recorded: recorded now, the rest as it was
+    torch.save(state, save / "checkpoint_last.pt")
+    assert dictionaries.record(str(save), wt2_slice) is None
+    again = torch.load(save / "checkpoint_last.pt", weights_only=False)
+    assert again["dictionary_sha256"] == dictionaries.dictionary_fingerprint(wt2_slice)
+    assert again["model"].keys() == state["model"].keys()
+    assert all(torch.equal(again["model"][name], weight) for name, weight in state["model"].items())

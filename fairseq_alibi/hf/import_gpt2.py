@@ -20,6 +20,7 @@ import sys
 
 import torch
 
+from .. import dictionaries
 from ..files import folder_written_whole, new_folder_problem
 from ..provenance import commit
 
@@ -177,7 +178,8 @@ def import_gpt2(hf_dir, out_dir, seed=None):
                     "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none",
                                            "lr_scheduler_state": {}, "num_updates": 0}],
                     "fairseq_alibi_import": {"source": os.path.basename(os.path.abspath(hf_dir)), "from": "GPT2LMHeadModel",
-                                             "commit": commit()}},
+                                             "commit": commit()},
+                    dictionaries.RECORDED: dictionaries.dictionary_fingerprint(partial)},
                    os.path.join(partial, "checkpoint.pt"))
 
 
