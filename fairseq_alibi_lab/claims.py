@@ -96,6 +96,22 @@ CONVERSION = (
     Claim("ALiBi from scratch for as many updates beats the distilled conversion (at 16L)", ("ALiBi from scratch (1600)", 16),
           ("Converted + 200 distill", 16), "lower"),
 )
+# A GPT-2 given ALiBi (gpt2-alibi): its GPT-2's learned positions end at L, so the GPT-2 is compared at L.
+IMPORTED, CONTINUED = "GPT-2 (imported)", "GPT-2 continued"
+CONVERTED, CE, DISTILLED = ("GPT-2 -> ALiBi, converted", "GPT-2 -> ALiBi, recovered",
+                            "GPT-2 -> ALiBi, recovered with distillation")
+GPT2_ALIBI = (
+    Claim("Dropping the positions costs the GPT-2 at L (imported below converted)", (IMPORTED, 1), (CONVERTED, 1), "lower"),
+    Claim("Distillation recovers the conversion better than cross entropy (at L)", (DISTILLED, 1), (CE, 1), "lower"),
+    Claim("Distillation recovers the conversion better than cross entropy (at 16L)", (DISTILLED, 16), (CE, 16), "lower"),
+    Claim("The distilled conversion is no worse than the imported GPT-2 at L", (DISTILLED, 1), (IMPORTED, 1), "at most"),
+    Claim("The distilled conversion is below the GPT-2 continued as long (at L)", (DISTILLED, 1), (CONTINUED, 1), "lower"),
+    Claim("Cross entropy's conversion is below the GPT-2 continued as long (at L)", (CE, 1), (CONTINUED, 1), "lower"),
+    Claim("The distilled conversion does not degrade past L (16L no worse than L)", (DISTILLED, 16), (DISTILLED, 1),
+          "at most"),
+    Claim("Continuing the GPT-2 with the recipe's schedule sets it back (imported below continued, at L)", (IMPORTED, 1),
+          (CONTINUED, 1), "lower"),
+)
 # The masked LMs are scored nonoverlapping only.
 LITTLEBIRD = tuple(claim for k, where in ((1, "at L"), (16, "at 16L")) for claim in (
     Claim(f"LittleBird's sparse window costs nothing against the dense BiALiBi encoder ({where})", ("LittleBird", k),
@@ -150,7 +166,8 @@ TRADE = tuple(
           ("Sinusoidal, sequences per update fixed", 4, 4), "lower", ("0",)),
 )
 EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "trade": TRADE, "documents": DOCUMENTS, "conversion": CONVERSION, "littlebird": LITTLEBIRD,
-                     "littlebird-long": LITTLEBIRD_LONG, "mlm": MLM, "synthetic": SYNTHETIC}
+                     "littlebird-long": LITTLEBIRD_LONG, "mlm": MLM, "synthetic": SYNTHETIC,
+                     "gpt2-alibi": GPT2_ALIBI}
 SEEDS = 3
 
 

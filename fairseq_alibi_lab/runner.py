@@ -218,6 +218,17 @@ EXPERIMENTS["retrieval"] = Experiment(
     report="fairseq_alibi_lab.retrieval")
 
 
+# Streaming with attention sinks (fairseq_alibi_lab/stream_eval.py): models trained as the comparison's
+# (their own checkpoints), each scored at L in blocks and with the exact sliding window (stride 1:
+# fairseq-eval-lm's recomputation, the reference), then streamed through a cache of L keys.
+EXPERIMENTS["streaming"] = Experiment(
+    "Streaming with attention sinks: ALiBi, rotary and the sinusoidal twin trained as in the comparison (L=64), "
+    "WikiText-2 valid scored as one stream through a cache of 64 keys (window only, 1 and 4 sink tokens) beside "
+    "fairseq-eval-lm's exact sliding window (stride 1) and nonoverlapping blocks at L.",
+    (Model("ALiBi", "alibi"), Model("Rotary", "rotary"), SINUSOIDAL), multiples=(1,), strides=("0", "1"),
+    scorer="fairseq_alibi_lab.stream_eval", report="fairseq_alibi_lab.stream_eval")
+
+
 # The conversion of a GPT-2 (issue 44's experiment): its fine-tunes take 200 updates (the conversion's
 # FINETUNE), from a GPT-2 that trained for the small recipe's 1400; the GPT-2 and its continuation
 # keep their learned positions, which end at L, so they are scored at L only.

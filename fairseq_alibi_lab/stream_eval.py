@@ -103,6 +103,96 @@ def main(argv=None):
               f"on {len(targets)} tokens ({row['tokens_per_s']:.0f} tokens/s, at most {held} keys)", flush=True)
 
 
+# The streaming experiment (scripts/experiment.py streaming): sink counts scored through a cache of
+# the training length, for the models whose positions a cache can re-assign.
+SINKS = (0, 1, 4)
+STREAMING = "streaming.jsonl"
+
+
+def streams(method):
+    """Whether a model of this causal method can stream (position embeddings cannot)."""
+    return method not in ("sinusoidal", "learned")
+
+
+def method_of(arch):
+    """The causal method of a row's model: the plugin's architectures are METHOD_transformer_lm_PRESET,
+    fairseq's own have position embeddings."""
+    head, found, _ = arch.partition("_transformer_lm")
+    return head if found else "sinusoidal"
+
+
+def score_model(runner, model, seed, checkpoint):
+    """The model's streaming perplexity into OUT/streaming.jsonl (the sink counts it lacks), in a process
+    of its own (the runner imports no fairseq); True if it scored anything."""
+    import subprocess
+
+    from fairseq_alibi.files import read_rows
+
+    if not streams(model.method):
+        return False
+    out = os.path.join(runner.out, STREAMING)
+    cache = runner.train_length(model)
+    have = {(r["checkpoint"], r["sinks"]) for r in (read_rows(out) if os.path.exists(out) else [])
+            if r.get("cache") == cache and r.get("split") == runner.experiment.split}
+    missing = [sinks for sinks in SINKS if (checkpoint, sinks) not in have]
+    if not missing:
+        return False
+    print(f"    streaming: cache {cache}, sinks {' '.join(map(str, missing))}", flush=True)
+    done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.stream_eval", checkpoint, runner.data, out,
+                           "--cache", str(cache), "--sinks", *map(str, missing), "--label", model.label,
+                           "--split", runner.experiment.split], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise SystemExit((done.stderr.strip().splitlines() or [f"error: streaming {model.label} failed"])[-1])
+    return True
+
+
+def report(rows, out):
+    """OUT/streaming.md: per model, perplexity at L nonoverlapping and with fairseq-eval-lm's exact
+    sliding window (stride 1: every token after L - 1 others), then streamed through a cache of L keys
+    with 0, 1 and 4 sinks, mean ± std over the seeds (n), and the stream's tokens/s."""
+    from fairseq_alibi.files import read_rows, written_whole
+    from fairseq_alibi_lab.results import mean_std
+
+    path = os.path.join(out, STREAMING)
+    checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
+    streamed = [r for r in (read_rows(path) if os.path.exists(path) else []) if r["checkpoint"] in checkpoints]
+    length = min((r["l_valid"] for r in rows), default=None)
+    labels = list(dict.fromkeys(r["label"] for r in rows if r.get("checkpoint")))
+    if not labels:
+        return None
+
+    def shown(values):
+        if not values:
+            return "-"
+        mean, std = mean_std(values)
+        return (f"{mean:.2f} ± {std:.2f}" if len(values) > 1 else f"{mean:.2f}") + f" (n={len(values)})"
+
+    def per_run(selected, value):
+        runs = {}
+        for r in selected:
+            runs[r["checkpoint"]] = value(r)  # the last scoring of a checkpoint wins
+        return list(runs.values())
+
+    head = ["model", f"blocks of {length}", f"sliding window of {length} (stride 1)",
+            *(f"stream, {s} sink{'s' * (s != 1)} + window {length - s}" for s in SINKS), "stream tokens/s (S=0)"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for label in labels:
+        mine = [r for r in rows if r["label"] == label and r["l_valid"] == length]
+        cells = [shown(per_run([r for r in mine if r["stride_rule"] == rule], lambda r: r["perplexity"])) for rule in ("0", "1")]
+        ours = [r for r in streamed if r.get("label") == label and r["cache"] == length]
+        cells += [shown(per_run([r for r in ours if r["sinks"] == s], lambda r: r["perplexity"])) for s in SINKS]
+        speed = per_run([r for r in ours if r["sinks"] == 0], lambda r: r["tokens_per_s"])
+        cells.append(f"{sum(speed) / len(speed):.0f}" if speed else "-")
+        if not ours and mine and not streams(method_of(mine[0].get("model") or "")):
+            cells[2:5] = ["cannot stream (position embeddings)"] * 3
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    text = (f"# Streaming: perplexity on the {rows[0].get('split', 'valid')} split as one text, cache of {length} keys, "
+            "mean ± std over seeds\n\n" + "\n".join(lines) + "\n")
+    with written_whole(os.path.join(out, "streaming.md")) as partial, open(partial, "w") as f:
+        f.write(text)
+    return text
+
+
 def _problem(hf, sinks, window):
     from fairseq_alibi.hf.modeling_fairseq_alibi import sink_cache_problem
 

@@ -2,6 +2,7 @@
 chunked forward against a naive per-query reference written from the rule (query i sees the first
 S tokens and the last W; positions inside the cache), past several evictions."""
 import math
+import os
 
 import pytest
 import torch
@@ -176,3 +177,59 @@ def test_stream_eval_scores_the_stream_as_the_rule_does(toy_checkpoint, wt2_slic
                               "--sinks", "8"], cwd=REPO, capture_output=True, text=True)
     assert refused.returncode == 2 and "each must be at least 0 and below --cache 8" in refused.stderr.splitlines()[-1]
     assert len(out.read_text().splitlines()) == 2
+
+
+@pytest.mark.slow
+def test_the_streaming_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_path):
+    """scripts/experiment.py streaming at toy size (one layer, L=16, 4 updates, a validation split of
+    40 lines): ALiBi scored at L in blocks and with fairseq-eval-lm's exact sliding window (stride 1),
+    and streamed through a cache of 16 keys with 0, 1 and 4 sinks; with one layer the window-only
+    stream is that sliding window (every token sees the 15 before it, positions inside the cache), so
+    fairseq-eval-lm and the exported class agree; rerun, nothing is scored twice; --tables rebuilds
+    the table. A model with position embeddings is not streamed, and the table says why."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO, run
+    from fairseq_alibi_lab import stream_eval
+
+    data, text = tmp_path / "data", tmp_path / "valid.tokens"
+    with open(os.path.join(os.path.dirname(wt2_slice), "valid.tokens")) as f:
+        text.write_text("".join(next(f) for _ in range(40)))
+    run(["fairseq-preprocess", "--only-source", "--srcdict", os.path.join(wt2_slice, "dict.txt"), "--trainpref", text,
+         "--validpref", text, "--destdir", data, "--workers", "1"])
+    for suffix in ("bin", "idx"):  # the slice's own training split
+        shutil.copy(os.path.join(wt2_slice, f"train.{suffix}"), data / f"train.{suffix}")
+    out = tmp_path / "out"
+    toy = ["--decoder-layers", "1", "--decoder-embed-dim", "32", "--decoder-input-dim", "32", "--decoder-output-dim", "32",
+           "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--max-tokens", "1024",
+           "--disable-validation", "--adaptive-input-cutoff", "200,1000", "--adaptive-softmax-cutoff", "200,1000"]
+    command = [sys.executable, "scripts/experiment.py", "streaming", "--data", str(data), "--train-length", "16",
+               "--updates", "4", "--seeds", "1", "--models", "alibi", "--out", str(out),
+               "--checkpoints", str(tmp_path / "checkpoints"), "--train-flags", " ".join(toy)]
+    run(command)
+    streamed = [json.loads(line) for line in (out / "streaming.jsonl").read_text().splitlines()]
+    assert sorted((r["label"], r["sinks"], r["window"], r["cache"]) for r in streamed) == [
+        ("ALiBi", 0, 16, 16), ("ALiBi", 1, 15, 16), ("ALiBi", 4, 12, 16)]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
+    assert sorted((r["label"], r["l_valid"], r["stride_rule"]) for r in rows) == [("ALiBi", 16, "0"), ("ALiBi", 16, "1")]
+    sliding = next(r for r in rows if r["stride_rule"] == "1")
+    window_only = next(r for r in streamed if r["sinks"] == 0)
+    assert window_only["tokens"] == sliding["tokens"] > 1000
+    assert window_only["loss_base2"] == pytest.approx(sliding["loss_base2"], rel=1e-5)
+    table = (out / "streaming.md").read_text()
+    blocks = next(r for r in rows if r["stride_rule"] == "0")["perplexity"]
+    assert f"| ALiBi | {blocks:.2f} (n=1) | {sliding['perplexity']:.2f} (n=1) | {window_only['perplexity']:.2f} (n=1) |" in table
+    (out / "streaming.md").unlink()
+    run([*command, "--tables"])
+    assert (out / "streaming.md").read_text() == table
+    run(command)
+    assert len((out / "streaming.jsonl").read_text().splitlines()) == 3
+    refused = subprocess.run([*command, "--parallel", "2"], cwd=REPO, capture_output=True, text=True)
+    assert refused.returncode == 2 and "run it one job at a time" in refused.stderr
+    # A sinusoidal row beside it: not streamed, and said so.
+    twin = dict(rows[0], label="Sinusoidal", model="transformer_lm", checkpoint="twin.pt")
+    text = stream_eval.report([*rows, twin], str(out))
+    assert "| Sinusoidal | " in text and text.count("cannot stream (position embeddings)") == 3
