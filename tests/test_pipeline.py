@@ -645,9 +645,8 @@ def test_experiment_runner_stopped_by_sigterm_leaves_no_trainer_running(wt2_slic
     assert not subprocess.run(["pgrep", "-f", f"save-dir {save}"], capture_output=True, text=True).stdout.split()
 
 
-def test_another_dictionary_of_the_same_size_is_refused_by_every_reader(toy_checkpoint, wt2_slice, tmp_path):
-    """Data whose dict.txt has the same number of words, two of them swapped: eval.sh, a fine-tune
-    from the checkpoint (train.sh) and distillation from it refuse in one line, touching nothing."""
+def swapped_dictionary(wt2_slice, tmp_path):
+    """A copy of the slice's data whose dict.txt has the same words, two of them swapped (lines 11, 12)."""
     import shutil
 
     other = tmp_path / "other"
@@ -655,6 +654,25 @@ def test_another_dictionary_of_the_same_size_is_refused_by_every_reader(toy_chec
     lines = (other / "dict.txt").read_text().splitlines(keepends=True)
     lines[10], lines[11] = lines[11], lines[10]
     (other / "dict.txt").write_text("".join(lines))
+    return other
+
+
+def refused_wherever_copied(checkpoint, other, tmp_path):
+    """The checkpoint copied alone, or beside OTHER's dict.txt, is refused by eval.sh on OTHER's data."""
+    import shutil
+
+    for where in (tmp_path / "alone", other):
+        where.mkdir(exist_ok=True)
+        shutil.copy(checkpoint, where / "copied.pt")
+        proc = eval_script(where / "copied.pt", other, tmp_path / "copied.jsonl", "32")
+        assert proc.returncode == 1 and not (tmp_path / "copied.jsonl").exists()
+        assert "was trained on another dictionary" in proc.stderr.strip().splitlines()[-1], proc.stderr[-1000:]
+
+
+def test_another_dictionary_of_the_same_size_is_refused_by_every_reader(toy_checkpoint, wt2_slice, tmp_path):
+    """Data whose dict.txt has the same number of words, two of them swapped: eval.sh, a fine-tune
+    from the checkpoint (train.sh) and distillation from it refuse in one line, touching nothing."""
+    other = swapped_dictionary(wt2_slice, tmp_path)
     assert (other / "dict.txt").stat().st_size == (Path(wt2_slice) / "dict.txt").stat().st_size
     out = tmp_path / "r.jsonl"
     proc = eval_script(toy_checkpoint, other, out, "32")
@@ -672,12 +690,7 @@ def test_another_dictionary_of_the_same_size_is_refused_by_every_reader(toy_chec
     # data's dict.txt, it is still refused.
     assert torch.load(toy_checkpoint, weights_only=False)["cfg"]["model"]["dictionary_sha256"] == \
         dictionaries.dictionary_fingerprint(wt2_slice)
-    for where in (tmp_path / "alone", other):
-        where.mkdir(exist_ok=True)
-        shutil.copy(toy_checkpoint, where / "copied.pt")
-        proc = eval_script(where / "copied.pt", other, tmp_path / "copied.jsonl", "32")
-        assert proc.returncode == 1 and not (tmp_path / "copied.jsonl").exists()
-        assert "was trained on another dictionary" in proc.stderr.strip().splitlines()[-1], proc.stderr[-1000:]
+    refused_wherever_copied(toy_checkpoint, other, tmp_path)
 
 
 def test_a_stock_twin_records_its_dictionary_inside_its_checkpoint(sinusoidal_checkpoint, wt2_slice, tmp_path):
@@ -690,17 +703,8 @@ def test_a_stock_twin_records_its_dictionary_inside_its_checkpoint(sinusoidal_ch
     state = torch.load(sinusoidal_checkpoint, weights_only=False)
     assert "dictionary_sha256" not in state["cfg"]["model"]
     assert state["dictionary_sha256"] == dictionaries.dictionary_fingerprint(wt2_slice)
-    other = tmp_path / "other"
-    shutil.copytree(wt2_slice, other)
-    lines = (other / "dict.txt").read_text().splitlines(keepends=True)
-    lines[10], lines[11] = lines[11], lines[10]
-    (other / "dict.txt").write_text("".join(lines))
-    for where in (tmp_path / "alone", other):
-        where.mkdir(exist_ok=True)
-        shutil.copy(sinusoidal_checkpoint, where / "copied.pt")
-        proc = eval_script(where / "copied.pt", other, tmp_path / "copied.jsonl", "32")
-        assert proc.returncode == 1 and not (tmp_path / "copied.jsonl").exists()
-        assert "was trained on another dictionary" in proc.stderr.strip().splitlines()[-1], proc.stderr[-1000:]
+    other = swapped_dictionary(wt2_slice, tmp_path)
+    refused_wherever_copied(sinusoidal_checkpoint, other, tmp_path)
     save = tmp_path / "save"
     save.mkdir()
     shutil.copy(sinusoidal_checkpoint, save / "checkpoint_last.pt")
