@@ -68,3 +68,15 @@ def test_each_hydra_config_is_the_recipe_train_sh_runs(name, arch):
               for field in from_recipe[section] or {}
               if (section, field) not in NOT_COMPARED and from_yaml[section][field] != from_recipe[section][field]]
     assert not differ
+
+
+def test_every_name_in_the_slowest_first_order_is_a_test():
+    """conftest.SLOW_FIRST orders the suite for its 20 minutes: a renamed test silently drops out of it."""
+    import glob
+    import re
+
+    from conftest import SLOW_FIRST
+
+    names = [name for path in glob.glob(os.path.join(os.path.dirname(__file__), "test_*.py"))
+             for name in re.findall(r"^def (test_\w+)", open(path).read(), re.M)]
+    assert [prefix for prefix in SLOW_FIRST if not any(name.startswith(prefix) for name in names)] == []
