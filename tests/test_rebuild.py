@@ -33,7 +33,7 @@ REBUILDS = {
                               ["examples/wikitext2/recovery.py", "{out}/recovery.jsonl", "--out", "{out}"],
                               claims("conversion")],
     f"{RESULTS}/documents": [runner("documents"), claims("documents")],
-    f"{RESULTS}/gpt2-alibi": [runner("gpt2-alibi")],
+    f"{RESULTS}/gpt2-alibi": [runner("gpt2-alibi"), claims("gpt2-alibi")],
     f"{RESULTS}/hf": [["examples/wikitext2/lm_eval/table.py", "{out}"]],
     f"{RESULTS}/littlebird": [runner("littlebird"), claims("littlebird")],
     f"{RESULTS}/littlebird-long": [runner("littlebird-long"), claims("littlebird-long")],
