@@ -7,7 +7,7 @@ scored or fine-tuned on another corpus's dictionary of the same size reads every
 word, silently. The plugin's causal models record their training dictionary's fingerprint in their
 config (--dictionary-sha256, which scripts/train.sh and the converter set), checked when the model
 is built and by check() here, whatever sits beside the checkpoint. Every other model (a stock twin,
-a masked LM, an encoder-decoder, an imported GPT-2) has it as a top-level entry of its checkpoint
+a masked LM, an imported GPT-2) has it as a top-level entry of its checkpoint
 (fairseq loads past it), written when its training ends (record, by scripts/train.sh and
 train_once.sh) or by the importer, and checked by check() the same way. For every model, scripts/train.sh
 and train_once.sh also keep a copy of the training data's dictionaries (dict.txt; a translation
@@ -126,11 +126,15 @@ def recorded_in(state) -> Optional[str]:
 def record(save_dir: str, data: str) -> Optional[str]:
     """DATA's dictionary fingerprint written into each checkpoint*.pt of SAVE_DIR that records none
     (each through a temporary name); None if done, else why not (one line). A checkpoint that
-    records another dictionary is refused, never rewritten."""
+    records another dictionary is refused, never rewritten. Data without a dict.txt (an
+    encoder-decoder's dict.src.txt and dict.tgt.txt) records nothing: the copies kept beside the
+    checkpoints are what guards those."""
     import torch
 
     from fairseq_alibi.checkpoints import NotACheckpoint, read_state
 
+    if not os.path.isfile(os.path.join(data, "dict.txt")):
+        return None
     own = dictionary_fingerprint(data)
     for name in sorted(n for n in os.listdir(save_dir) if n.startswith("checkpoint") and n.endswith(".pt")):
         path = os.path.join(save_dir, name)
