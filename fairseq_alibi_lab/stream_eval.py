@@ -151,39 +151,33 @@ def report(rows, out):
     sliding window (stride 1: every token after L - 1 others), then streamed through a cache of L keys
     with 0, 1 and 4 sinks, mean ± std over the seeds (n), and the stream's tokens/s."""
     from fairseq_alibi.files import read_rows, written_whole
-    from fairseq_alibi_lab.results import mean_std
+    from fairseq_alibi_lab.results import cell, per_run
 
     path = os.path.join(out, STREAMING)
     checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
-    streamed = [r for r in (read_rows(path) if os.path.exists(path) else []) if r["checkpoint"] in checkpoints]
     length = min((r["l_valid"] for r in rows), default=None)
+    streamed = [r for r in (read_rows(path) if os.path.exists(path) else [])
+                if r["checkpoint"] in checkpoints and r["cache"] == length]
     labels = list(dict.fromkeys(r["label"] for r in rows if r.get("checkpoint")))
     if not labels:
         return None
+    # {key: [one value per checkpoint]}, the last scoring of a checkpoint counted
+    scored = per_run([r for r in rows if r["l_valid"] == length], lambda r: (r["label"], r["stride_rule"]))
+    scored.update(per_run(streamed, lambda r: (r.get("label"), r["sinks"])))
+    speed = per_run(streamed, lambda r: (r.get("label"), r["sinks"]), lambda r: r["tokens_per_s"])
 
     def shown(values):
-        if not values:
-            return "-"
-        mean, std = mean_std(values)
-        return (f"{mean:.2f} ± {std:.2f}" if len(values) > 1 else f"{mean:.2f}") + f" (n={len(values)})"
-
-    def per_run(selected, value):
-        runs = {}
-        for r in selected:
-            runs[r["checkpoint"]] = value(r)  # the last scoring of a checkpoint wins
-        return list(runs.values())
+        return f"{cell(values, len(values))} (n={len(values)})" if values else "-"
 
     head = ["model", f"blocks of {length}", f"sliding window of {length} (stride 1)",
             *(f"stream, {s} sink{'s' * (s != 1)} + window {length - s}" for s in SINKS), "stream tokens/s (S=0)"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for label in labels:
-        mine = [r for r in rows if r["label"] == label and r["l_valid"] == length]
-        cells = [shown(per_run([r for r in mine if r["stride_rule"] == rule], lambda r: r["perplexity"])) for rule in ("0", "1")]
-        ours = [r for r in streamed if r.get("label") == label and r["cache"] == length]
-        cells += [shown(per_run([r for r in ours if r["sinks"] == s], lambda r: r["perplexity"])) for s in SINKS]
-        speed = per_run([r for r in ours if r["sinks"] == 0], lambda r: r["tokens_per_s"])
-        cells.append(f"{sum(speed) / len(speed):.0f}" if speed else "-")
-        if not ours and mine and not streams(method_of(mine[0].get("model") or "")):
+        cells = [shown(scored.get((label, key), [])) for key in ("0", "1", *SINKS)]
+        tokens_per_s = speed.get((label, 0))
+        cells.append(f"{sum(tokens_per_s) / len(tokens_per_s):.0f}" if tokens_per_s else "-")
+        arch = next(r.get("model") or "" for r in rows if r["label"] == label)
+        if not streams(method_of(arch)):
             cells[2:5] = ["cannot stream (position embeddings)"] * 3
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     text = (f"# Streaming: perplexity on the {rows[0].get('split', 'valid')} split as one text, cache of {length} keys, "
