@@ -16,7 +16,7 @@ and printed, with the code's commit, the machine and the fields of $ROW_FIELDS (
 
 From Python, score(scorings, data) checks several checkpoints (Scoring: each with its own OUT,
 label, lengths, strides and scalings) before scoring any, then scores them all in one process
-(examples/wikitext2/score_conversion.py: fourteen checkpoints).
+(fairseq_alibi_lab/conversion.py: a run's kept checkpoints on the recovery curve).
 """
 import ast
 import contextlib
@@ -136,6 +136,16 @@ def plan(name, train_length, lengths, strides, scalings, scaling_factor, positio
     return jobs, list(dict.fromkeys(skipped))
 
 
+def batch_tokens(l_valid, context):
+    """fairseq-eval-lm's --max-tokens: it counts a block's new tokens (l_valid - context) only, and
+    each block runs l_valid positions, whose output (positions x vocabulary) is the memory; so a batch
+    runs 16,384 positions nonoverlapping and 32,768 sliding at any stride (the same batches as
+    before stride 1 was scored: at stride 1 a cap of 16,384 new tokens would run 16,384 x L_valid
+    positions, 140 GB of log-probabilities at L_valid 64 on WikiText-2's 33k words)."""
+    new = l_valid - context
+    return max(new, min(max(l_valid, 16384), 32768 * new // l_valid))
+
+
 @dataclasses.dataclass
 class Scoring:
     """One checkpoint to score: at each L_valid x stride x scaling, rows appended to out."""
@@ -244,7 +254,7 @@ def evaluate(planned, data, split, extra, fields):
                     args = options.parse_args_and_arch(parser, [
                         data, "--user-dir", os.path.join(here, "fairseq_alibi"), "--path", checkpoint,
                         "--gen-subset", split, "--tokens-per-sample", str(l_valid), "--context-window", str(context),
-                        "--max-tokens", str(max(l_valid, 16384)), "--model-overrides", overrides,
+                        "--max-tokens", str(batch_tokens(l_valid, context)), "--model-overrides", overrides,
                         "--num-workers", "0", "--no-progress-bar", *extra])
                 except SystemExit:
                     sys.exit(f"error: fairseq-eval-lm {log.getvalue().strip().splitlines()[-1].split(': error: ')[-1]}")

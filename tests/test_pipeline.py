@@ -348,24 +348,6 @@ def test_trade_table_of_several_seeds(tmp_path):
                           "update in training-resources.csv)"]
 
 
-def test_presets_go_on_after_a_finished_training_and_show_its_errors(wt2_slice, tmp_path):
-    """The presets' train step (common.sh): rerun on a finished run it says so and the script goes
-    on (grep finding no progress line once ended it, silently); the log is appended to, not
-    replaced; train.sh's refusals are shown and end the script."""
-    env = dict(os.environ, DATA=wt2_slice, L="16", TRAIN_FLAGS=" ".join(["--max-tokens", "1024", *TOY]))
-    step = f'source examples/wikitext2/common.sh; train alibi {tmp_path}/save --max-update 2; echo "went on"'
-    first = run(["bash", "-c", step], env=env)
-    log = (tmp_path / "save" / "train.log").read_text()
-    again = run(["bash", "-c", step], env=env)
-    assert "went on" in first and "went on" in again and "already trained (2 updates" in again
-    assert (tmp_path / "save" / "train.log").read_text().startswith(log)
-    calls = [json.loads(line) for line in (tmp_path / "save" / "resources.jsonl").read_text().splitlines()]
-    assert [c["exit"] for c in calls] == [0, 0] and calls[0]["seconds"] > calls[1]["seconds"]
-    bad = subprocess.run(["bash", "-c", step.replace("--max-update 2", "--fp16")], cwd=REPO, env=env,
-                         capture_output=True, text=True)
-    assert bad.returncode == 1 and "went on" not in bad.stdout and "--fp16 needs a GPU" in bad.stdout
-
-
 def test_scaling_needs_an_alibi_checkpoint_that_knows_the_option(toy_checkpoint, wt2_slice, tmp_path):
     """fairseq drops --model-overrides of fields a checkpoint lacks: eval.sh refuses, and
     convert_checkpoint adds them to checkpoints trained before the option existed."""
@@ -719,3 +701,18 @@ def test_a_stock_twin_records_its_dictionary_inside_its_checkpoint(sinusoidal_ch
     assert again["dictionary_sha256"] == dictionaries.dictionary_fingerprint(wt2_slice)
     assert again["model"].keys() == state["model"].keys()
     assert all(torch.equal(again["model"][name], weight) for name, weight in state["model"].items())
+
+
+def test_an_evaluation_batch_runs_a_bounded_number_of_positions_at_every_stride():
+    """fairseq-eval-lm's --max-tokens counts a block's new tokens only: the batch is sized so that
+    it runs 16,384 positions in blocks and 32,768 with a sliding window, at stride L/2 as at stride 1
+    (at stride 1, 16,384 new tokens were 16,384 blocks of L positions: 140 GB at L=64)."""
+    from fairseq_alibi_lab.evaluate import batch_tokens
+
+    assert batch_tokens(64, 0) == batch_tokens(64, 32) == 16384  # the batches every committed score used
+    assert batch_tokens(64, 63) == 512 and batch_tokens(32768, 0) == 32768
+    for l_valid in (16, 64, 100, 1024, 16384):
+        for context in (0, l_valid // 2, l_valid - 1):
+            new = l_valid - context
+            blocks = batch_tokens(l_valid, context) // new
+            assert blocks >= 1 and blocks * l_valid <= max(32768, l_valid)
