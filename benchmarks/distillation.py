@@ -1,5 +1,5 @@
 """What a distillation update costs against a cross-entropy one: the conversion's two fine-tunes
-(examples/wikitext2/convert.sh), each run for a few updates with scripts/train.sh from the same
+(scripts/experiment.py conversion), each run for a few updates with scripts/train.sh from the same
 converted model, the two kinds interleaved round by round so that both see the same load.
 
     python benchmarks/distillation.py DATA TEACHER.pt CONVERTED.pt [--updates 40] [--rounds 3] [--out F.md]
@@ -36,8 +36,8 @@ def seconds_per_update(data, converted, save_dir, updates, extra):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data")
-    p.add_argument("teacher", help="the sinusoidal teacher (convert.sh: sinusoidal-L64/checkpoint_last.pt)")
-    p.add_argument("converted", help="its conversion to ALiBi (convert.sh: converted-L64.pt)")
+    p.add_argument("teacher", help="the sinusoidal teacher (the conversion experiment: checkpoints/conversion/sinusoidal-L64/checkpoint_last.pt)")
+    p.add_argument("converted", help="its conversion to ALiBi (checkpoints/conversion/converted-L64.pt)")
     p.add_argument("--updates", type=int, default=40, help="updates per run")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out")

@@ -63,6 +63,14 @@ class Model:
     # seeds), its rows taken from the experiment's committed results (COMMITTED), never trained or
     # scored here.
     shared: tuple = ()
+    directory: str = ""  # its save directories' stem (default: the label's slug); models naming one share a run
+    seeds: tuple = ()  # scored for these seeds only (a prepared checkpoint every seed starts from: the one teacher)
+    # A prepared checkpoint whose updates are added to the training's (ALiBi from scratch for as long
+    # as the teacher and its fine-tune together).
+    plus: str = ""
+    # A prepared checkpoint: the model is the one its run kept after as many updates as that one's
+    # (--save-interval-updates), not the run's last.
+    kept_at: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,9 +232,36 @@ EXPERIMENTS["retrieval"] = Experiment(
 EXPERIMENTS["streaming"] = Experiment(
     "Streaming with attention sinks: ALiBi, rotary and the sinusoidal twin trained as in the comparison (L=64), "
     "WikiText-2 valid scored as one stream through a cache of 64 keys (window only, 1 and 4 sink tokens) beside "
-    "fairseq-eval-lm's exact sliding window (stride 1) and nonoverlapping blocks at L.",
-    (Model("ALiBi", "alibi"), Model("Rotary", "rotary"), SINUSOIDAL), multiples=(1,), strides=("0", "1"),
+    "nonoverlapping blocks at L and a sliding window of L (stride L/2).",
+    # Not fairseq-eval-lm's stride 1 (the exact sliding window): 64 times the cost of blocks, hours
+    # per model here; tests/test_streaming.py checks the window-only stream against it (one layer).
+    (Model("ALiBi", "alibi"), Model("Rotary", "rotary"), SINUSOIDAL), multiples=(1,),
     scorer="fairseq_alibi_lab.stream_eval", report="fairseq_alibi_lab.stream_eval")
+
+
+# Give an existing model ALiBi (fairseq_alibi_lab/conversion.py: the teacher, the conversion, the
+# recovery curve): the small recipe's sinusoidal model (seed 1, the one teacher every seed starts
+# from) with its positions dropped, fine-tuned for 200 updates with cross entropy and with
+# distillation from the teacher, against the teacher continued alike (a gain over the teacher is not
+# just more training) and ALiBi from scratch for the teacher's updates + 200 (and its checkpoint at
+# the teacher's). A checkpoint kept every 50 updates for the recovery curve. The directory stems are
+# those of the committed run (made by the bash preset this declaration replaced).
+KEEP_EVERY_50 = ("--save-interval-updates", "50", "--keep-interval-updates", "-1")
+FROM_TEACHER = ("--criterion", "lm_distillation", "--teacher-path", "{teacher}", "--distill-weight", "0.5",
+                "--distill-temperature", "2")
+EXPERIMENTS["conversion"] = Experiment(
+    "A sinusoidal LM given ALiBi: converted, fine-tuned 200 updates with and without distillation from itself, "
+    "against it continued for 200 and ALiBi from scratch; the recovery curve at L every 50 updates.",
+    (Model("Sinusoidal teacher (1400)", "", start="teacher", seeds=(1,)),
+     Model("Converted, not fine-tuned", "", start="converted", seeds=(1,)),
+     Model("Converted + 200 CE", "alibi", KEEP_EVERY_50, start="converted", directory="finetune-ce"),
+     Model("Converted + 200 distill", "alibi", KEEP_EVERY_50 + FROM_TEACHER, start="converted", directory="finetune-distill"),
+     Model("Sinusoidal teacher continued (+ 200)", "sinusoidal", KEEP_EVERY_50, start="teacher",
+           directory="teacher-continued"),
+     Model("ALiBi from scratch (1400)", "alibi", KEEP_EVERY_50, directory="alibi", plus="teacher", kept_at="teacher"),
+     Model("ALiBi from scratch (1600)", "alibi", KEEP_EVERY_50, directory="alibi", plus="teacher")),
+    updates=200, prepare="fairseq_alibi_lab.conversion", scorer="fairseq_alibi_lab.conversion",
+    report="fairseq_alibi_lab.conversion")
 
 
 # The conversion of a GPT-2 (issue 44's experiment): its fine-tunes take 200 updates (the conversion's
@@ -319,23 +354,49 @@ class Runner:
             return os.path.join("checkpoints", EXPERIMENTS[experiment].checkpoints or experiment,
                                 f"{slug(label)}-L{self.train_length(model)}-s{seed}")
         length = "" if self.seq2seq else f"-L{self.train_length(model)}"
-        return os.path.join(self.checkpoints, f"{slug(model.label)}{length}-s{seed}")
+        return os.path.join(self.checkpoints, f"{model.directory or slug(model.label)}{length}-s{seed}")
 
     def checkpoint(self, model, seed):
-        """The checkpoint scored for (model, seed): the last of its training, or the prepared one it is."""
+        """The checkpoint scored for (model, seed): the last of its training, the one it kept after
+        kept_at's updates, or the prepared one it is."""
         if not model.method and not model.shared:
             return self.prepared(model.start, seed)
+        if model.kept_at:
+            return self.kept(model, seed)
         return os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
+
+    def kept(self, model, seed):
+        """fairseq's checkpoint_EPOCH_UPDATES.pt after kept_at's updates; where the run is not here,
+        the one the results name (the epoch is fairseq's to say)."""
+        save, updates = self.save_dir(model, seed), self.prepared_updates(model.kept_at, seed)
+        pattern = re.compile(re.escape(os.path.join(save, "checkpoint_")) + rf"\d+_{updates}\.pt")
+        found = sorted(os.path.join(save, name) for name in (os.listdir(save) if os.path.isdir(save) else ())
+                       if pattern.fullmatch(os.path.join(save, name)))
+        named = [r["checkpoint"] for r in read_rows(self.results) if pattern.fullmatch(r.get("checkpoint") or "")]
+        return (found or named or [os.path.join(save, f"checkpoint_?_{updates}.pt")])[0]
 
     def prepared(self, name, seed, make=False):
         return importlib.import_module(self.experiment.prepare).checkpoint(name, self, seed, make)
 
-    def model_updates(self, model):
-        """The updates a scored row of model names: the shared experiment's, none for a prepared
-        checkpoint scored as it is (an import or a conversion trains nothing), else this one's."""
+    def prepared_updates(self, name, seed):
+        """The training updates of the prepared checkpoint `name` (without making it)."""
+        return importlib.import_module(self.experiment.prepare).updates(name, self, seed)
+
+    def training_updates(self, model, seed):
+        """The --max-update model's run trains to: the experiment's (+ plus's)."""
+        return self.updates + (self.prepared_updates(model.plus, seed) if model.plus else 0)
+
+    def model_updates(self, model, seed=None):
+        """The updates a scored row of model names: the shared experiment's, the prepared checkpoint's
+        where it is scored as it is (an import: none), kept_at's, else its training's."""
         if model.shared:
             return declared_updates(EXPERIMENTS[model.shared[0]], self.length)
-        return self.updates if model.method else 0
+        if not model.method:
+            return self.prepared_updates(model.start, seed)
+        return self.prepared_updates(model.kept_at, seed) if model.kept_at else self.training_updates(model, seed)
+
+    def model_seeds(self, model, seeds):
+        return [s for s in seeds if not model.seeds or s in model.seeds]
 
     def flags(self, model, seed):
         """model's flags, a "{name}" made and replaced by its prepared checkpoint; --finetune-from-model
@@ -361,15 +422,17 @@ class Runner:
                                      f"that {self.name} shows: run scripts/experiment.py {experiment} --models {slug(label)} "
                                      f"--seeds {seed} and commit its results first")
 
-    def train(self, model, seed):
+    def train(self, model, seed, save=None, updates=None):
         """scripts/train.sh (a masked LM or encoder-decoder: scripts/train_once.sh), which resumes an
         interrupted run and leaves a finished one; its log is appended to SAVE/train.log, its time and
-        memory to SAVE/resources.jsonl."""
+        memory to SAVE/resources.jsonl. Returns the checkpoint scored. save, updates: a prepare
+        module's own run (the conversion's teacher), else the model's."""
         if not model.method:  # a prepared checkpoint, scored as it is
             return self.prepared(model.start, seed, make=True)
-        save = self.save_dir(model, seed)
+        save = save or self.save_dir(model, seed)
+        updates = updates or self.training_updates(model, seed)
         os.makedirs(save, exist_ok=True)
-        common = [*self.experiment.train_flags, *self.flags(model, seed), "--seed", str(seed), "--max-update", str(self.updates),
+        common = [*self.experiment.train_flags, *self.flags(model, seed), "--seed", str(seed), "--max-update", str(updates),
                   "--log-interval", "50", "--no-progress-bar", *self.args.train_flags]
         if self.kind != "causal LM":  # train_once.sh writes the log and measures
             command = [os.path.join("scripts", "train_once.sh"), save, f"{model.label} (seed {seed})", "--",
@@ -388,7 +451,7 @@ class Runner:
             with open(os.path.join(save, "train.log")) as log:
                 why = ([line.strip() for line in log if line.strip()] or ["(no output)"])[-1]
             raise SystemExit(f"error: training {model.label} (seed {seed}) failed: {why} (the whole log: {save}/train.log)")
-        return os.path.join(save, "checkpoint_last.pt")
+        return self.checkpoint(model, seed) if save == self.save_dir(model, seed) else os.path.join(save, "checkpoint_last.pt")
 
     @staticmethod
     def follow(proc, log, where):
@@ -457,7 +520,7 @@ class Runner:
         """Every row of (model, seed) at the declared updates is in the results, but its checkpoint is
         not here (a fresh machine, the rows kept in git): it is done, not trained again."""
         checkpoint = self.checkpoint(model, seed)
-        return not os.path.exists(checkpoint) and not any(self.missing(model, checkpoint, self.model_updates(model)).values())
+        return not os.path.exists(checkpoint) and not any(self.missing(model, checkpoint, self.model_updates(model, seed)).values())
 
     def score(self, label, checkpoint, jobs, flags):
         scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in jobs)] for i in range(3))
@@ -503,7 +566,7 @@ class Runner:
         model's and seed's, whatever part of them this invocation ran (--models, --seeds)."""
         models, seeds = self.experiment.models, sorted({*self.experiment.seeds, *self.seeds})
         lengths = {lv for m in models for lv in self.model_lengths(m)}
-        updates = {self.checkpoint(m, s): self.model_updates(m) for m in models for s in seeds}
+        updates = {self.checkpoint(m, s): self.model_updates(m, s) for m in models for s in self.model_seeds(m, seeds)}
         if self.seq2seq:  # exact match per task and size bucket (examples/synthetic/table.py)
             rows = [r for r in read_rows(self.results) if r.get("checkpoint") in updates and r.get("updates") == updates[r["checkpoint"]]]
             return synthetic_table.write_table(rows, self.out) if rows else ""
@@ -541,7 +604,7 @@ class Runner:
                 importlib.import_module(self.experiment.data).prepare_data(self) if self.experiment.data
                 else prepare_wikitext2(self.experiment.documents))
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        jobs = [(m, s) for s in self.seeds for m in self.models]  # seed by seed: a stopped run has whole seeds
+        jobs = [(m, s) for s in self.seeds for m in self.models if s in self.model_seeds(m, self.seeds)]  # seed by seed
         record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance.commit(),
                   "machine": provenance.machine(), "started": started, "jobs": len(jobs),
                   # the float summation order, so a training's trajectory, depends on it

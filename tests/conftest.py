@@ -104,7 +104,7 @@ def built_once(tmp_path_factory, name, build):
 
 # The slowest tests first, so that under pytest-xdist (one test at a time per worker: the Makefile's
 # --maxschedchunk 1) no worker starts a long one when the others are almost done.
-SLOW_FIRST = ["test_the_device_script_runs_every_step_at_toy_sizes", "test_the_gpt2_experiment_runs_through_the_runner", "test_conversion_preset_toy_run", "test_experiment_runner_toy_run", "test_every_method_trains",
+SLOW_FIRST = ["test_the_device_script_runs_every_step_at_toy_sizes", "test_the_gpt2_experiment_runs_through_the_runner", "test_the_conversion_experiment_runs_through_the_runner", "test_experiment_runner_toy_run", "test_every_method_trains",
               "test_masked_lm_presets_toy_run", "test_the_retrieval_experiment_runs_through_the_runner",
               "test_the_streaming_experiment_runs_through_the_runner", "test_synthetic_tasks_preset_toy_run", "test_trade_preset_toy_run",
               "test_benchmark_smoke", "test_littlebird_benchmark_smoke", "test_distillation_training"]

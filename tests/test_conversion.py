@@ -6,6 +6,7 @@ import math
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -344,44 +345,52 @@ def test_distillation_training_saves_no_teacher_and_resumes(sinusoidal_checkpoin
 
 
 def test_recovery_curve_scores_the_from_scratch_run_sparsely_before_the_fine_tuning_window(tmp_path):
-    from fairseq_alibi_lab.score_conversion import recovery_checkpoints
+    from fairseq_alibi_lab.conversion import kept_checkpoints
     for updates in range(10, 170, 10):  # a from-scratch run of 160 updates, one kept every 10; the teacher's 120
         (tmp_path / f"checkpoint_{updates // 50 + 1}_{updates}.pt").touch()
     (tmp_path / "checkpoint_last.pt").touch()
-    scored = lambda **kw: [int(p.rsplit("_", 1)[1][:-3]) for p in recovery_checkpoints(str(tmp_path), 120, 10, **kw)]  # noqa: E731
+    scored = lambda **kw: [int(p.rsplit("_", 1)[1][:-3]) for p in kept_checkpoints(str(tmp_path), 120, 10, **kw)]  # noqa: E731
     assert scored(scratch=True) == [40, 80, 120, 130, 140, 150, 160]  # every 4th before 120, then each
     assert scored() == list(range(10, 170, 10))  # a fine-tune: every kept checkpoint, in update order
 
 
 @pytest.mark.slow
-def test_conversion_preset_toy_run(wt2_slice, tmp_path):
-    """examples/wikitext2/convert.sh end to end at toy size (L=16, evaluated at 2L), the fine-tunes,
-    the teacher continued and ALiBi from scratch with two seeds each (one teacher)."""
-    out = tmp_path / "out"
-    env = dict(os.environ, DATA=wt2_slice, L="16", UPDATES="10", FINETUNE="10", EVERY="10", L_VALID="32", SEEDS="1 2",
-               OUT=str(out), CHECKPOINTS=str(tmp_path / "checkpoints"),
-               TRAIN_FLAGS=" ".join(["--max-tokens", "1024", *TOY, "--disable-validation"]))
-    printed = run(["examples/wikitext2/convert.sh"], env=env)
+def test_the_conversion_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_path):
+    """scripts/experiment.py conversion at toy size (L=16, scored at 2L, both strides): a teacher of
+    10 updates (trained here, which the runner finds finished), converted by the runner; the
+    fine-tunes, the teacher continued (10 updates) and ALiBi from scratch (10 + 10, and its checkpoint
+    kept at 10) with two seeds, the teacher and its conversion scored once; the recovery curve and
+    the continuations; run again, nothing is trained or scored again."""
+    checkpoints, out = tmp_path / "checkpoints", tmp_path / "out"
+    toy = ["--max-tokens", "1024", *TOY, "--disable-validation"]
+    run(["scripts/train.sh", "sinusoidal", "16", wt2_slice, str(checkpoints / "sinusoidal-L16"), "small", "--",
+         "--max-update", "10", *toy])
+    command = [sys.executable, "scripts/experiment.py", "conversion", "--data", wt2_slice, "--train-length", "16",
+               "--updates", "10", "--lengths", "32", "--seeds", "1", "2", "--checkpoints", str(checkpoints),
+               "--out", str(out), "--train-flags", " ".join([*toy, "--save-interval-updates", "10"])]
+    printed = run(command)
+    assert "training the sinusoidal teacher" not in printed
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     seeds = {}
     for r in rows:
-        seeds.setdefault(r["label"], []).append(r["seed"])
-    once, twice = ["Sinusoidal teacher (10)", "Converted, not fine-tuned"], [
-        "Converted + 10 CE", "Converted + 10 distill", "Sinusoidal teacher continued (+ 10)", "ALiBi from scratch (10)",
-        "ALiBi from scratch (20)"]
-    assert {label: sorted(s, key=str) for label, s in seeds.items()} == {
-        **{label: [1] for label in once}, **{label: [1, 2] for label in twice}, "Unigram (add-one)": [None]}
-    ppl = {(r["label"], r["seed"]): r for r in rows}
-    continued = ppl[("Sinusoidal teacher continued (+ 10)", 1)]
+        seeds.setdefault(r["label"], set()).add(r["seed"])
+    once, twice = ["Sinusoidal teacher (1400)", "Converted, not fine-tuned"], [
+        "Converted + 200 CE", "Converted + 200 distill", "Sinusoidal teacher continued (+ 200)",
+        "ALiBi from scratch (1400)", "ALiBi from scratch (1600)"]
+    assert seeds == {**{label: {1} for label in once}, **{label: {1, 2} for label in twice}, "Unigram (add-one)": {None}}
+    assert len(rows) == 2 * (2 + 2 * 5 + 1) and all(math.isfinite(r["perplexity"]) and r["l_valid"] == 32 for r in rows)
+    ppl = {(r["label"], r["seed"], r["stride_rule"]): r for r in rows}
+    continued = ppl[("Sinusoidal teacher continued (+ 200)", 1, "0")]
     assert continued["model"] == "transformer_lm" and continued["updates"] == 10
-    assert continued["perplexity"] != ppl[("Sinusoidal teacher (10)", 1)]["perplexity"]  # it trained
-    assert ppl[("Converted + 10 CE", 1)]["perplexity"] != ppl[("Converted + 10 CE", 2)]["perplexity"]  # the seed did
-    assert len(rows) == 13 and all(math.isfinite(r["perplexity"]) and r["l_valid"] == 32 for r in rows)
-    assert ppl[("ALiBi from scratch (20)", 2)]["updates"] == 20 and ppl[("Converted + 10 distill", 2)]["updates"] == 10
-    for label in once:
-        assert f"| {label} 16 |" in printed
-    for label in twice:
-        assert re.search(rf"\| {re.escape(label)} 16 \| 2 \| [\d.]+ ± [\d.]+ \|", printed)
+    assert continued["perplexity"] != ppl[("Sinusoidal teacher (1400)", 1, "0")]["perplexity"]  # it trained
+    assert ppl[("Converted + 200 CE", 1, "0")]["perplexity"] != ppl[("Converted + 200 CE", 2, "0")]["perplexity"]
+    assert ppl[("Converted, not fine-tuned", 1, "0")]["updates"] == 10  # the teacher's, kept by the conversion
+    scratch, kept = ppl[("ALiBi from scratch (1600)", 2, "0")], ppl[("ALiBi from scratch (1400)", 2, "0")]
+    assert (scratch["updates"], kept["updates"]) == (20, 10) and kept["checkpoint"].endswith("_10.pt")
+    assert os.path.dirname(kept["checkpoint"]) == os.path.dirname(scratch["checkpoint"])  # one run
+    trained = json.loads((checkpoints / "finetune-distill-L16-s2" / "train_flags.json").read_text())
+    assert trained["--teacher-path"] == str(checkpoints / "sinusoidal-L16" / "checkpoint_last.pt")
+    assert trained["--finetune-from-model"] == str(checkpoints / "converted-L16.pt")
     recovery = [json.loads(line) for line in (out / "recovery.jsonl").read_text().splitlines()]
     assert sorted((r["label"], r["updates"], r["seed"]) for r in recovery if r["label"] != "converted") == sorted(
         [*((name, 10, seed) for name in ("ce", "continued", "distill", "scratch") for seed in (1, 2)),
@@ -394,24 +403,8 @@ def test_conversion_preset_toy_run(wt2_slice, tmp_path):
     assert generation.count(", 16 tokens):") == 4 and "(transformer_lm, 7 tokens (stopped at its 16 positions))" in generation
     for name in ("recovery.png", "figure_valid_stride0.png", "table_valid_stride0.md"):
         assert (out / name).stat().st_size > 0
-    # Run again: nothing trained or scored again, nothing written over.
-    kept = {name: (out / name).read_bytes() for name in ("results.jsonl", "recovery.jsonl", "generation.md")}
-    again = run(["examples/wikitext2/convert.sh"], env=env)
-    assert again.count("nothing to do") == 9 and "== 0 measurements made" in again
-    assert {name: (out / name).read_bytes() for name in kept} == kept
-    # A scoring stopped part-way (its last rows not yet written) continues with what is missing only.
-    lines = kept["results.jsonl"].decode().splitlines(keepends=True)
-    (out / "results.jsonl").write_text("".join(lines[:5]))
-    resumed = run(["examples/wikitext2/convert.sh"], env=env)
-    assert "== 7 measurements made" in resumed  # and the floor's row, the file's last, added again
-    key = lambda line: {k: v for k, v in json.loads(line).items() if k not in ("perplexity", "loss_base2", "seconds",
-                                                                            "tokens_per_s", "commit")}  # noqa: E731
-    assert sorted(map(json.dumps, map(key, (out / "results.jsonl").read_text().splitlines()))) == sorted(
-        map(json.dumps, map(key, lines)))
-    # Other settings on the same OUT are refused before anything trains.
-    other = subprocess.run(["examples/wikitext2/convert.sh"], env=dict(env, FINETUNE="20"), cwd=REPO,
-                           capture_output=True, text=True)
-    assert other.returncode == 1 and other.stderr.strip().splitlines()[-1] == (
-        f"error: {out} holds the scores of another conversion (--finetune 10 then, 20 now): "
-        "move it away or set OUT to a new directory")
-    assert "training" not in other.stdout
+    kept_files = {name: (out / name).read_bytes() for name in ("results.jsonl", "recovery.jsonl", "generation.md")}
+    again = run(command)
+    assert "done training" in printed and "done training" not in again and "already trained" in again
+    assert "recovery curve" not in again and "continuations" not in again
+    assert {name: (out / name).read_bytes() for name in kept_files} == kept_files

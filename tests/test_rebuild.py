@@ -29,9 +29,7 @@ def claims(experiment):
 REBUILDS = {
     RESULTS: [runner("main")],
     f"{RESULTS}/comparison": [runner("comparison"), CLAIMS],
-    f"{RESULTS}/conversion": [["scripts/results.py", "{out}/results.jsonl", "--out", "{out}"],
-                              ["examples/wikitext2/recovery.py", "{out}/recovery.jsonl", "--out", "{out}"],
-                              claims("conversion")],
+    f"{RESULTS}/conversion": [runner("conversion"), claims("conversion")],
     f"{RESULTS}/documents": [runner("documents"), claims("documents")],
     f"{RESULTS}/gpt2-alibi": [runner("gpt2-alibi"), claims("gpt2-alibi")],
     f"{RESULTS}/hf": [["examples/wikitext2/lm_eval/table.py", "{out}"]],

@@ -1,0 +1,201 @@
+"""The conversion experiment's stages (runner.Experiment's prepare, scorer and report): a sinusoidal
+LM given ALiBi and recovered, with the recovery curve and greedy continuations.
+
+Prepared once for every seed (the runs compared start from the same model), under CHECKPOINTS:
+
+    teacher    sinusoidal-L<L>/checkpoint_last.pt: the small recipe's sinusoidal LM, seed 1 (a run
+               there that finished its own --max-update is taken as it is)
+    converted  converted-L<L>.pt: the teacher with its positions dropped for ALiBi
+               (convert_checkpoint --replace-positions), not fine-tuned
+
+The recovery curve: each training's kept checkpoints (--save-interval-updates) scored at L into
+OUT/recovery.jsonl, labelled by run (CURVES), the from-scratch run's sparsely before the teacher's
+updates; OUT/recovery.md and recovery.png from it. OUT/generation.md: generate.py's continuations
+by the seed-1 models, written once, when they are all trained.
+"""
+import contextlib
+import fcntl
+import json
+import os
+import re
+import subprocess
+import sys
+
+from fairseq_alibi import checkpoints
+from fairseq_alibi.files import written_whole
+from fairseq_alibi_lab import recipes
+from fairseq_alibi_lab.results import cell, mean_std, per_run, read_json_lines
+
+RECOVERY, GENERATION = "recovery.jsonl", "generation.md"
+# A run's save-directory stem -> its label in recovery.jsonl (the prepared ones by their name).
+CURVES = {"finetune-ce": "ce", "finetune-distill": "distill", "teacher-continued": "continued", "alibi": "scratch"}
+SPARSE = 4  # the from-scratch run before the fine-tuning window: one kept checkpoint in SPARSE scored
+TEACHER_SEED = 1
+
+
+def paths(runner):
+    teacher = os.path.join(runner.checkpoints, f"sinusoidal-L{runner.length}")
+    return teacher, os.path.join(runner.checkpoints, f"converted-L{runner.length}.pt")
+
+
+def finished(path):
+    """A checkpoint whose run reached the --max-update it was run with."""
+    if not os.path.isfile(path):
+        return False
+    _, _, done, goal = checkpoints.checkpoint_summary(path)
+    return goal is None or done >= goal
+
+
+def checkpoint(name, runner, seed, make=False):
+    """The path of the prepared checkpoint `name` (teacher, converted), the same for every seed;
+    make: made first where missing, resumably (one lock: parallel jobs wait for each other)."""
+    teacher_dir, converted = paths(runner)
+    teacher = os.path.join(teacher_dir, "checkpoint_last.pt")
+    wanted = {"teacher": teacher, "converted": converted}
+    if name not in wanted:
+        raise ValueError(f"unknown prepared checkpoint '{name}': the conversion makes {', '.join(wanted)}")
+    if make and not (finished(teacher) and os.path.exists(wanted[name])):
+        from fairseq_alibi_lab.runner import Model
+
+        os.makedirs(runner.checkpoints, exist_ok=True)
+        with open(os.path.join(runner.checkpoints, ".teacher.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not finished(teacher):
+                updates = int(recipes.last_value(recipes.recipe(runner.experiment.recipe, runner.length), "--max-update"))
+                print(f"    training the sinusoidal teacher (seed {TEACHER_SEED}, {updates} updates) -> {teacher_dir}", flush=True)
+                runner.train(Model("Sinusoidal teacher", "sinusoidal"), TEACHER_SEED, save=teacher_dir, updates=updates)
+            if name == "converted" and not os.path.exists(converted):
+                done = subprocess.run([sys.executable, "-m", "fairseq_alibi.convert_checkpoint", "--replace-positions",
+                                       teacher, converted], capture_output=True, text=True)
+                if done.returncode:
+                    raise SystemExit((done.stderr.strip().splitlines() or ["error: the conversion failed"])[-1])
+    return wanted[name]
+
+
+def updates(name, runner, seed):
+    """The teacher's training updates (the converted model's too): its checkpoint's, else the recipe's."""
+    teacher = checkpoint("teacher", runner, seed)
+    if os.path.isfile(teacher):
+        return checkpoints.checkpoint_summary(teacher)[2]
+    return int(recipes.last_value(recipes.recipe(runner.experiment.recipe, runner.length), "--max-update"))
+
+
+def kept_checkpoints(save_dir, teacher_updates, every, scratch=False):
+    """A run's kept checkpoints (checkpoint_EPOCH_UPDATES.pt) on the recovery curve, by update count.
+    The from-scratch run keeps one every EVERY updates from its first; only those from the teacher's
+    updates on are compared with the fine-tunes, so before them only every SPARSE-th is scored (its
+    learning curve, at a quarter of the cost: each scoring is a full pass over the validation set)."""
+    found = {int(m[1]): os.path.join(save_dir, name) for name in os.listdir(save_dir)
+             if (m := re.fullmatch(r"checkpoint_\d+_(\d+)\.pt", name))}
+    return [found[n] for n in sorted(found) if not scratch or n >= teacher_updates or n % (SPARSE * every) == 0]
+
+
+def score_model(runner, model, seed, checkpoint_path):
+    """The model's points of the recovery curve at L (those OUT/recovery.jsonl lacks), then the
+    continuations if they are due; True if it scored anything."""
+    from fairseq_alibi_lab import evaluate  # loads fairseq: here only, not when the runner starts
+
+    out = os.path.join(runner.out, RECOVERY)
+    if not model.method:
+        scorings = [evaluate.Scoring(checkpoint_path, out, [runner.length], model.start, show=False)]
+    elif model.kept_at:  # a checkpoint of another model's run: scored with that run
+        scorings = []
+    else:
+        curve = CURVES[model.directory]
+        every = int(recipes.last_value([*model.flags, *runner.args.train_flags], "--save-interval-updates"))
+        kept = kept_checkpoints(runner.save_dir(model, seed), updates("teacher", runner, seed), every, curve == "scratch")
+        scorings = [evaluate.Scoring(path, out, [runner.length], curve, show=False) for path in kept]
+    made = evaluate.score(scorings, runner.data, runner.experiment.split, resume=True,
+                          fields=json.loads(runner.fields)) if scorings else 0
+    if made:
+        print(f"    recovery curve: {made} checkpoints scored at L", flush=True)
+    return bool(made) | generate(runner)
+
+
+def generate(runner):
+    """OUT/generation.md, once: examples/wikitext2/generate.py's greedy continuations past L by the
+    teacher, the converted model and the first seed's fine-tunes and ALiBi from scratch, when they
+    have all finished training; written whole, never over an earlier one."""
+    out = os.path.join(runner.out, GENERATION)
+    seed = min(runner.seeds)
+    by_directory = {m.directory: m for m in runner.experiment.models if m.directory and not m.kept_at}
+    models = [checkpoint("teacher", runner, seed), checkpoint("converted", runner, seed),
+              *(os.path.join(runner.save_dir(by_directory[d], seed), "checkpoint_last.pt")
+                for d in ("finetune-ce", "finetune-distill", "alibi"))]
+    if os.path.exists(out) or not all(map(finished, models)):
+        return False
+    with written_whole(out) as partial, open(partial, "w") as f:
+        done = subprocess.run([sys.executable, os.path.join("examples", "wikitext2", "generate.py"), "--prompt",
+                               str(runner.length // 2), "--new", str(runner.length), runner.data, *models],
+                              stdout=f, stderr=subprocess.PIPE, text=True)
+        if done.returncode:
+            raise SystemExit((done.stderr.strip().splitlines() or ["error: generate.py failed"])[-1])
+    print(f"    greedy continuations -> {out}", flush=True)
+    return True
+
+
+def load(path):
+    """{label: {updates: [perplexity of each run]}}; a checkpoint scored twice counts once (the last)."""
+    points = {}
+    for (label, steps), values in per_run(read_json_lines(path), lambda r: (r["label"], r["updates"])).items():
+        points.setdefault(label, {})[steps] = values
+    return points
+
+
+def report(rows, out):
+    """OUT/recovery.md (one row per number of fine-tuning updates k: the fine-tunes and the teacher
+    continued after k, ALiBi from scratch after the teacher's updates + k; runs of several seeds as
+    mean ± sample std (n)) and recovery.png (their means against updates in all), from
+    OUT/recovery.jsonl; nothing until it holds the teacher, the converted model and a fine-tune."""
+    path = os.path.join(out, RECOVERY)
+    points = load(path) if os.path.exists(path) else {}
+    if not {"teacher", "converted", "ce", "distill", "scratch"} <= set(points):
+        return None
+    (teacher_updates, (teacher,)), = points["teacher"].items()
+    (converted,) = next(iter(points["converted"].values()))
+    # After conversion the fine-tuning count starts at 0: k = 0 is the converted model itself.
+    finetune = {name: {0: [converted], **points[name]} for name in ("ce", "distill")}
+    continued = {0: [teacher], **points["continued"]} if "continued" in points else {}  # the teacher fine-tuned alike
+    scratch = points["scratch"]
+    ks = sorted(set(finetune["ce"]) | set(finetune["distill"]))
+    lines = [f"Validation perplexity at L (teacher: {teacher:.2f} after {teacher_updates} updates)\n",
+             "| Fine-tuning updates k | Converted + CE | Converted + distill | Teacher continued | "
+             f"ALiBi from scratch, {teacher_updates} + k updates |", "|---|---|---|---|---|"]
+    shown = lambda d, k: cell(d[k], 1) if k in d else ""  # noqa: E731  (one run: its value; more: mean ± std (n=k))
+    for k in ks:
+        lines.append(f"| {k} | {shown(finetune['ce'], k)} | {shown(finetune['distill'], k)} | {shown(continued, k)} | "
+                     f"{shown(scratch, teacher_updates + k)} |")
+    table = "\n".join(lines) + "\n"
+    with written_whole(os.path.join(out, "recovery.md")) as partial, open(partial, "w") as f:
+        f.write(table)
+    plot(out, teacher, teacher_updates, finetune, continued, scratch)
+    return table
+
+
+def plot(out, teacher, teacher_updates, finetune, continued, scratch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    xs = sorted(scratch)
+    mean = lambda values: mean_std(values)[0]  # noqa: E731
+    ax.plot(xs, [mean(scratch[x]) for x in xs], "o-", label="ALiBi from scratch")
+    for points_k, label in ((finetune["ce"], "converted + CE"), (finetune["distill"], "converted + distillation"),
+                            (continued, "teacher continued (sinusoidal)")):
+        ks = sorted(points_k)
+        if not ks:
+            continue
+        ax.plot([teacher_updates + k for k in ks], [mean(points_k[k]) for k in ks], "s--", label=label)
+    ax.axhline(teacher, color="gray", linestyle=":", label=f"sinusoidal teacher ({teacher_updates} updates)")
+    ax.set_yscale("log")
+    ax.set_xlabel("Training updates in all (fine-tuning starts from the teacher's)")
+    ax.set_ylabel("Validation perplexity at L")
+    ax.set_title("Recovering a sinusoidal LM converted to ALiBi")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    with written_whole(os.path.join(out, "recovery.png")) as partial:
+        fig.savefig(partial, format="png")
+    plt.close(fig)
