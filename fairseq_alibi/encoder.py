@@ -8,11 +8,15 @@ adds one of bidirectional.py's variants (--encoder-alibi), and two models built 
   PositionDecoder with positions.Alibi) and fairseq's cross-attention, which has no positions (as
   in T5 and the fork's issue #5).
 """
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 from torch import Tensor
 
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta.model import RobertaEncoder, RobertaModel
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
@@ -23,7 +27,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from .attention import RelativeEncoderLayer, attention_bias, wrap_layer
 from .base import UNBOUNDED_POSITIONS, ConfigError, check_heads
 from .bidirectional import VARIANTS
-from .decoder import PositionDecoder, check_decoder_args
+from .decoder import ATTENTION_KERNEL_HELP, PositionDecoder, check_decoder_args
 from .factory import causal_positions, encoder_positions
 from .kernels import KERNEL_NAMES
 from .methods import TRANSLATION_SMALL_DIMS
@@ -114,6 +118,37 @@ class SinusoidalRobertaEncoder(UnboundedRobertaEncoder):
     (the learned twin's table ends at --max-positions)."""
 
 
+@dataclass
+class AlibiRobertaConfig(FairseqDataclass):
+    """alibi_roberta's options beside RoBERTa's own (fairseq's RoBERTa takes argparse flags: these
+    are added to them, each default and help written here once)."""
+    encoder_alibi: ChoiceEnum([*VARIANTS, "none"]) = field(default="symmetric", metadata={
+        "help": "the bidirectional ALiBi variant (fairseq_alibi/bidirectional.py); none: fairseq's RoBERTa "
+                "encoder with sinusoidal positions (the twin)"})
+    encoder_learned_pos: bool = field(default=False, metadata={
+        "help": "with --encoder-alibi none: learned positions (stock --arch roberta)"})
+    no_token_positional_embeddings: bool = field(default=False, metadata={
+        "help": "with --encoder-alibi none: no positions at all (NoPE; the encoder sees its input as a bag of "
+                "tokens, the control for what position embeddings add)"})
+    scale_embedding: bool = field(default=False, metadata={
+        "help": "multiply the token embeddings by sqrt(d) before positions are added (fairseq's transformer "
+                "convention; RoBERTa's, the default, does not). Under RoBERTa's embedding LayerNorm it changes "
+                "nothing for an encoder without position embeddings"})
+
+
+def options(config):
+    """The config's fields that are options (not FairseqDataclass's _name)."""
+    return [option for option in dataclasses.fields(config) if not option.name.startswith("_")]
+
+
+def fill_defaults(args, config):
+    """The config's defaults for the options args lacks (an architecture's function runs before
+    the parser's defaults where a checkpoint or a test builds the model from bare args)."""
+    for option in options(config):
+        if getattr(args, option.name, None) is None:
+            setattr(args, option.name, option.default)
+
+
 @register_model("alibi_roberta")
 class AlibiRobertaModel(RobertaModel):
     """RoBERTa (masked LM) with an encoder ALiBi variant in place of position embeddings."""
@@ -121,22 +156,11 @@ class AlibiRobertaModel(RobertaModel):
     @staticmethod
     def add_args(parser):
         RobertaModel.add_args(parser)
-        parser.add_argument("--encoder-alibi", choices=[*VARIANTS, "none"],
-                            help="the bidirectional ALiBi variant (fairseq_alibi/bidirectional.py); none: "
-                                 "fairseq's RoBERTa encoder with sinusoidal positions (the twin)")
-        parser.add_argument("--encoder-learned-pos", action="store_true",
-                            help="with --encoder-alibi none: learned positions (stock --arch roberta)")
-        parser.add_argument("--no-token-positional-embeddings", action="store_true",
-                            help="with --encoder-alibi none: no positions at all (NoPE; the encoder sees its "
-                                 "input as a bag of tokens, the control for what position embeddings add)")
-        parser.add_argument("--scale-embedding", action="store_true",
-                            help="multiply the token embeddings by sqrt(d) before positions are added (fairseq's "
-                                 "transformer convention; RoBERTa's, the default, does not). Under RoBERTa's "
-                                 "embedding LayerNorm it changes nothing for an encoder without position embeddings")
+        gen_parser_from_dataclass(parser, AlibiRobertaConfig())
 
     @classmethod
     def build_model(cls, args, task):
-        position_defaults(args, "symmetric")
+        position_defaults(args)
         roberta_base_architecture(args)
         if getattr(args, "max_positions", None) is None:  # as RoBERTa: the learned table's size
             args.max_positions = args.tokens_per_sample
@@ -153,12 +177,10 @@ class AlibiRobertaModel(RobertaModel):
         return cls(args, AlibiRobertaEncoder(args, task.source_dictionary))
 
 
-def position_defaults(args, variant: str):
-    """fairseq leaves model flags that were not given unset: their defaults (before RoBERTa's
-    base architecture, which would turn learned positions on)."""
-    args.encoder_alibi = getattr(args, "encoder_alibi", variant)
-    args.encoder_learned_pos = getattr(args, "encoder_learned_pos", False)
-    args.no_token_positional_embeddings = getattr(args, "no_token_positional_embeddings", False)
+def position_defaults(args, config=AlibiRobertaConfig):
+    """The config's defaults where unset (before RoBERTa's base architecture, which would turn
+    learned positions on)."""
+    fill_defaults(args, config)
     if getattr(args, "scale_embedding", False):  # RoBERTa's base architecture would set it True
         args.no_scale_embedding = False
 
@@ -178,15 +200,26 @@ def roberta_small_dims(args):
 @register_model_architecture("alibi_roberta", "alibi_roberta_small")
 def roberta_small_architecture(args):
     """CPU scale: 4 layers, d 128, FFN 512, 8 heads."""
-    position_defaults(args, "symmetric")
+    position_defaults(args)
     roberta_small_dims(args)
 
 
 @register_model_architecture("alibi_roberta", "alibi_roberta_base")
 def roberta_base_size_architecture(args):
     """RoBERTa base: 12 layers, d 768, FFN 3072, 12 heads."""
-    position_defaults(args, "symmetric")
+    position_defaults(args)
     roberta_base_architecture(args)
+
+
+@dataclass
+class AlibiTransformerConfig(FairseqDataclass):
+    """alibi_transformer's options beside fairseq's transformer's."""
+    encoder_alibi: ChoiceEnum(list(VARIANTS)) = field(default="symmetric", metadata={
+        "help": "the bidirectional ALiBi variant (fairseq_alibi/bidirectional.py)"})
+    attention_kernel: ChoiceEnum(list(KERNEL_NAMES)) = field(default="auto", metadata={
+        "help": "the decoder's " + ATTENTION_KERNEL_HELP})
+    alibi_attention: ChoiceEnum(list(KERNEL_NAMES)) = field(default="auto", metadata={
+        "help": "the older name of --attention-kernel (used where that is auto)"})
 
 
 @register_model("alibi_transformer")
@@ -197,14 +230,11 @@ class AlibiTransformerModel(TransformerModel):
     @staticmethod
     def add_args(parser):
         TransformerModel.add_args(parser)
-        parser.add_argument("--encoder-alibi", choices=VARIANTS,
-                            help="the bidirectional ALiBi variant (fairseq_alibi/bidirectional.py)")
-        parser.add_argument("--alibi-attention", choices=KERNEL_NAMES,
-                            help="the decoder's attention kernel, as for alibi_transformer_lm")
+        gen_parser_from_dataclass(parser, AlibiTransformerConfig())
 
     @classmethod
     def build_model(cls, args, task):
-        position_defaults(args, "symmetric")
+        fill_defaults(args, AlibiTransformerConfig)
         transformer_base_architecture(args)
         check_encoder_args(args, left_padded=getattr(args, "left_pad_source", True))
         check_decoder_args(args, "ALiBi")
@@ -227,7 +257,7 @@ class AlibiTransformerModel(TransformerModel):
 @register_model_architecture("alibi_transformer", "alibi_transformer_small")
 def transformer_small_architecture(args):
     """CPU scale, for the synthetic tasks: 3 + 3 layers, d 128, FFN 512, 8 heads."""
-    position_defaults(args, "symmetric")
+    fill_defaults(args, AlibiTransformerConfig)
     for side in ("encoder", "decoder"):
         for name, value in TRANSLATION_SMALL_DIMS.items():
             setattr(args, f"{side}_{name}", getattr(args, f"{side}_{name}", value))
@@ -237,5 +267,5 @@ def transformer_small_architecture(args):
 @register_model_architecture("alibi_transformer", "alibi_transformer_base")
 def transformer_base_size_architecture(args):
     """Vaswani et al.'s base: 6 + 6 layers, d 512, FFN 2048, 8 heads."""
-    position_defaults(args, "symmetric")
+    fill_defaults(args, AlibiTransformerConfig)
     transformer_base_architecture(args)

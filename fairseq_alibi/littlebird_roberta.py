@@ -11,6 +11,10 @@ import torch
 from torch import nn
 
 from fairseq import utils
+from dataclasses import dataclass, field
+
+from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta.model import RobertaModel
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
@@ -18,7 +22,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
 from .base import UNBOUNDED_POSITIONS, ConfigError, config_check
-from .encoder import UnboundedRobertaEncoder, encoder_output, roberta_small_dims
+from .encoder import UnboundedRobertaEncoder, encoder_output, fill_defaults, roberta_small_dims
 from .factory import encoder_positions
 from .littlebird import (PAPER_BLOCK_SIZE, PAPER_PACK_LENGTH, LittleBirdLayer, check_littlebird, insert_padding,
                          pad_to_blocks, take_back, window_bias)
@@ -99,6 +103,18 @@ def check_littlebird_args(args):
                           "feeds the next): drop it")
 
 
+@dataclass
+class LittleBirdConfig(FairseqDataclass):
+    """littlebird_roberta's options beside RoBERTa's own (argparse flags there), the paper's values
+    the defaults."""
+    block_size: int = field(default=PAPER_BLOCK_SIZE, metadata={
+        "help": "LittleBird's window block b in tokens (the paper's): each token sees 4b tokens around it"})
+    pack_length: int = field(default=PAPER_PACK_LENGTH, metadata={"help": "LittleBird's pack length s (the paper's)"})
+    padding_insertion: float = field(default=0.0, metadata={
+        "help": "the paper's padding insertion: in training, this fraction of each input's length in masked "
+                "padding at random places after the first token (0: off)"})
+
+
 @register_model("littlebird_roberta")
 class LittleBirdRobertaModel(RobertaModel):
     """RoBERTa (masked LM) with LittleBird's encoder layers."""
@@ -106,13 +122,7 @@ class LittleBirdRobertaModel(RobertaModel):
     @staticmethod
     def add_args(parser):
         RobertaModel.add_args(parser)
-        parser.add_argument("--block-size", type=int, help=f"LittleBird's window block b in tokens "
-                            f"(default {PAPER_BLOCK_SIZE}, the paper's): each token sees 4b tokens around it")
-        parser.add_argument("--pack-length", type=int, help=f"LittleBird's pack length s (default "
-                            f"{PAPER_PACK_LENGTH}, the paper's)")
-        parser.add_argument("--padding-insertion", type=float, help="the paper's padding insertion: in "
-                            "training, this fraction of each input's length in masked padding at random "
-                            "places after the first token (default 0: off)")
+        gen_parser_from_dataclass(parser, LittleBirdConfig())
 
     @classmethod
     def build_model(cls, args, task):
@@ -125,12 +135,9 @@ class LittleBirdRobertaModel(RobertaModel):
 
 
 def littlebird_defaults(args):
-    """Flags that were not given (fairseq leaves them unset): the paper's values; no position
-    embeddings (RoBERTa's base architecture would turn learned ones on)."""
-    for name, default in (("block_size", PAPER_BLOCK_SIZE), ("pack_length", PAPER_PACK_LENGTH),
-                          ("padding_insertion", 0.0)):
-        if getattr(args, name, None) is None:
-            setattr(args, name, default)
+    """LittleBirdConfig's defaults where unset; no position embeddings (RoBERTa's base
+    architecture would turn learned ones on)."""
+    fill_defaults(args, LittleBirdConfig)
     args.encoder_learned_pos = False
 
 

@@ -306,3 +306,33 @@ def test_unigram_refuses_bad_arguments_in_one_line_before_writing(wt2_slice, tmp
     with pytest.raises(SystemExit, match=re.escape(message)):
         unigram.main()
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("model, config", [
+    ("alibi_roberta", "fairseq_alibi.encoder.AlibiRobertaConfig"),
+    ("alibi_transformer", "fairseq_alibi.encoder.AlibiTransformerConfig"),
+    ("littlebird_roberta", "fairseq_alibi.littlebird_roberta.LittleBirdConfig"),
+])
+def test_each_encoder_option_is_declared_once_with_its_default(model, config):
+    """The encoders' own options are their config dataclass's fields: the command line offers each
+    with the field's default and help, and args that lack them (a checkpoint older than an option)
+    get the same defaults when the model is built."""
+    import argparse
+    import importlib
+    import types
+
+    from fairseq.models import MODEL_REGISTRY
+
+    from fairseq_alibi import plugin  # noqa: F401
+    from fairseq_alibi.encoder import fill_defaults, options
+
+    module, name = config.rsplit(".", 1)
+    config = getattr(importlib.import_module(module), name)
+    parser = argparse.ArgumentParser()
+    MODEL_REGISTRY[model].add_args(parser)
+    parsed, bare = parser.parse_args([]), types.SimpleNamespace()
+    fill_defaults(bare, config)
+    helps = {action.dest: action.help for action in parser._actions}
+    for option in options(config):
+        assert getattr(parsed, option.name) == getattr(bare, option.name) == option.default
+        assert helps[option.name] == option.metadata["help"]
