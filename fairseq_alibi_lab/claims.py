@@ -21,6 +21,7 @@ Prints the Markdown table (and writes it to --out if given).
 """
 import argparse
 import dataclasses
+import os
 from fairseq_alibi_lab import results
 from fairseq_alibi_lab.results import written_whole
 
@@ -32,6 +33,7 @@ class Claim:
     b: tuple
     relation: str  # "lower": a's value is below b's; "at most": not above it; "higher": above it
     strides: tuple = ("0", "L_valid/2")  # the scorings: stride rules, or EXACT_MATCH
+    scoring: str = ""  # the scoring's name where a stride rule's would mislead (the streams)
 
 
 CLAIMS = (
@@ -165,9 +167,25 @@ TRADE = tuple(
     Claim("At 8192 tokens per update, L beats 4L (128 against 32 sequences per update)", ("Sinusoidal at L, 4x tokens", 1),
           ("Sinusoidal, sequences per update fixed", 4, 4), "lower", ("0",)),
 )
+# Streaming (stream_eval.py): each stream a cell of its own beside the model's blocks at L, on the
+# same checkpoints (a paired test). StreamingLLM's finding is that a softmax model evicting its first
+# tokens needs a few kept as sinks; ALiBi's bias already fades distant keys.
+EVERY_TOKEN_ONCE = "every token once (blocks of L, or the stream)"
+STREAMING = (
+    Claim("ALiBi streamed through a cache of L (window only) beats blocks of L", ("ALiBi, stream, window only", 1),
+          ("ALiBi", 1), "lower", ("0",), EVERY_TOKEN_ONCE),
+    Claim("ALiBi needs no attention sink (window only no worse than 4 sinks)", ("ALiBi, stream, window only", 1),
+          ("ALiBi, stream, 4 sinks", 1), "at most", ("0",), EVERY_TOKEN_ONCE),
+    Claim("Rotary needs an attention sink (4 sinks beat window only)", ("Rotary, stream, 4 sinks", 1),
+          ("Rotary, stream, window only", 1), "lower", ("0",), EVERY_TOKEN_ONCE),
+    Claim("ALiBi streams better than rotary (window only)", ("ALiBi, stream, window only", 1),
+          ("Rotary, stream, window only", 1), "lower", ("0",), EVERY_TOKEN_ONCE),
+    Claim("ALiBi streams better than rotary (4 sinks)", ("ALiBi, stream, 4 sinks", 1), ("Rotary, stream, 4 sinks", 1),
+          "lower", ("0",), EVERY_TOKEN_ONCE),
+)
 EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "trade": TRADE, "documents": DOCUMENTS, "conversion": CONVERSION, "littlebird": LITTLEBIRD,
                      "littlebird-long": LITTLEBIRD_LONG, "mlm": MLM, "synthetic": SYNTHETIC,
-                     "gpt2-alibi": GPT2_ALIBI}
+                     "gpt2-alibi": GPT2_ALIBI, "streaming": STREAMING}
 SEEDS = 3
 
 
@@ -259,7 +277,8 @@ def lines(found, locate, claim):
         shown = [f"{name}: {results.cell(list(values.values()), len(values))} (n={len(values)})" if values
                  else f"{name}: not scored" for values, name in sides]
         rule, test, verdict = compare(sides[0][0], sides[1][0], claim.relation)
-        out.append(f"| {claim.text} | {SCORINGS.get(scoring, f'sliding, stride {scoring}')} | {shown[0]} | {shown[1]} "
+        named = claim.scoring or SCORINGS.get(scoring, f"sliding, stride {scoring}")
+        out.append(f"| {claim.text} | {named} | {shown[0]} | {shown[1]} "
                    f"| {rule} | {test} | {verdict} |")
     return out
 
@@ -309,6 +328,14 @@ def main():
         text = accuracy_table(rows)
     else:
         rows = results.load(args.results)
+        if args.experiment == "streaming":  # the streams beside each results file
+            from fairseq_alibi_lab.stream_eval import STREAMING as STREAMS, stream_cells
+
+            for path in args.results:
+                streamed = os.path.join(os.path.dirname(path), STREAMS)
+                if not os.path.exists(streamed):
+                    p.error(f"no {STREAMS} beside {path}: the streaming experiment writes it (scripts/experiment.py streaming)")
+                rows.update(stream_cells(streamed))
         if not rows:
             p.error(f"no results in {', '.join(args.results)}")
         claims = EXPERIMENT_CLAIMS[args.experiment]

@@ -146,6 +146,21 @@ def score_model(runner, model, seed, checkpoint):
     return True
 
 
+def stream_label(label, sinks):
+    """A stream's name as a cell of its own, beside the model's blocks (claims.py)."""
+    return f"{label}, stream, " + ("window only" if sinks == 0 else f"{sinks} sink{'s' * (sinks != 1)}")
+
+
+def stream_cells(path):
+    """The streams of path as claims.py's rows: (split, "0", stream_label, train L, seed, checkpoint,
+    cache) -> perplexity, the last scoring of a checkpoint and sink count winning (a stream is every
+    token once, as blocks are, so it sits beside them at L_valid = the cache)."""
+    from fairseq_alibi.files import read_rows
+
+    return {(r["split"], "0", stream_label(r["label"], r["sinks"]), r["train_length"], r.get("seed"), r["checkpoint"],
+             r["cache"]): r["perplexity"] for r in read_rows(path)}
+
+
 def report(rows, out):
     """OUT/streaming.md: per model, perplexity at L nonoverlapping and with a sliding window (stride
     L/2: every token after L/2 to L - 1 others), then streamed through a cache of L keys

@@ -237,3 +237,40 @@ def test_the_streaming_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     twin = dict(rows[0], label="Sinusoidal", model="transformer_lm", checkpoint="twin.pt")
     text = stream_eval.report([*rows, twin], str(out))
     assert "| Sinusoidal | " in text and text.count("cannot stream (position embeddings)") == 3
+
+
+def test_streaming_claims_pair_each_stream_with_its_models_blocks(tmp_path):
+    """scripts/claims.py --experiment streaming: each stream (streaming.jsonl beside the results) is a
+    cell of its own at L, on the same checkpoints as the model's blocks, so the test is paired; a
+    missing streaming.jsonl is one line naming the command."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    def common(label, seed):
+        return {"model": "alibi_transformer_lm_small", "label": label, "split": "valid", "train_length": 64,
+                "seed": seed, "checkpoint": f"{label}-s{seed}.pt"}
+
+    blocks = [dict(common(label, s), l_valid=64, perplexity=base + s, stride=0, stride_rule="0", scaling="none")
+              for label, base in (("ALiBi", 200), ("Rotary", 210)) for s in (1, 2, 3)]
+    streams = [dict(common(label, s), cache=64, sinks=sinks, perplexity=base + s + extra)
+               for label, base in (("ALiBi", 190), ("Rotary", 400)) for s in (1, 2, 3)
+               for sinks, extra in ((0, 0), (1, 0.5 * s), (4, 0.3 if label == "ALiBi" else -180))]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in blocks))
+    command = [sys.executable, "scripts/claims.py", str(tmp_path / "results.jsonl"), "--experiment", "streaming"]
+    missing = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    assert missing.returncode == 2 and "no streaming.jsonl beside" in missing.stderr.strip().splitlines()[-1]
+    (tmp_path / "streaming.jsonl").write_text("".join(json.dumps(r) + "\n" for r in streams))
+    text = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True).stdout
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()[2:]}
+    beats = lines["ALiBi streamed through a cache of L (window only) beats blocks of L"]
+    assert "ALiBi, stream, window only at 64: 192.00 ± 1.00 (n=3) | ALiBi at 64: 202.00 ± 1.00 (n=3)" in beats
+    assert "paired t" in beats and beats.endswith("| supported |")  # 10 apart, each seed by exactly 10
+    assert lines["ALiBi needs no attention sink (window only no worse than 4 sinks)"].endswith(
+        "| supported (not separated) |")
+    assert lines["Rotary needs an attention sink (4 sinks beat window only)"].endswith("| supported |")
+    assert lines["ALiBi streams better than rotary (window only)"].endswith("| supported |")
+    assert "Welch t" in lines["ALiBi streams better than rotary (window only)"]  # other checkpoints
+    assert lines["ALiBi streams better than rotary (4 sinks)"].endswith("| supported |")  # 192.3 against 222
