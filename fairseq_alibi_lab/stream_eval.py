@@ -106,6 +106,7 @@ def main(argv=None):
 # The streaming experiment (scripts/experiment.py streaming): sink counts scored through a cache of
 # the training length, for the models whose positions a cache can re-assign.
 SINKS = (0, 1, 4)
+SPLITS = ("valid", "test")  # each streamed as one text (the experiment's split first; a split the data lacks is skipped)
 STREAMING = "streaming.jsonl"
 
 
@@ -132,18 +133,21 @@ def score_model(runner, model, seed, checkpoint):
         return False
     out = os.path.join(runner.out, STREAMING)
     cache = runner.train_length(model)
-    have = {(r["checkpoint"], r["sinks"]) for r in (read_rows(out) if os.path.exists(out) else [])
-            if r.get("cache") == cache and r.get("split") == runner.experiment.split}
-    missing = [sinks for sinks in SINKS if (checkpoint, sinks) not in have]
-    if not missing:
-        return False
-    print(f"    streaming: cache {cache}, sinks {' '.join(map(str, missing))}", flush=True)
-    done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.stream_eval", checkpoint, runner.data, out,
-                           "--cache", str(cache), "--sinks", *map(str, missing), "--label", model.label,
-                           "--split", runner.experiment.split], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode:
-        raise SystemExit((done.stderr.strip().splitlines() or [f"error: streaming {model.label} failed"])[-1])
-    return True
+    have = {(r["checkpoint"], r.get("split"), r["sinks"]) for r in (read_rows(out) if os.path.exists(out) else [])
+            if r.get("cache") == cache}
+    scored = False
+    for split in (runner.experiment.split, *(s for s in SPLITS if s != runner.experiment.split)):
+        missing = [sinks for sinks in SINKS if (checkpoint, split, sinks) not in have]
+        if not missing or not os.path.exists(os.path.join(runner.data, f"{split}.idx")):
+            continue
+        print(f"    streaming the {split} split: cache {cache}, sinks {' '.join(map(str, missing))}", flush=True)
+        done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.stream_eval", checkpoint, runner.data, out,
+                               "--cache", str(cache), "--sinks", *map(str, missing), "--label", model.label,
+                               "--split", split], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode:
+            raise SystemExit((done.stderr.strip().splitlines() or [f"error: streaming {model.label} failed"])[-1])
+        scored = True
+    return scored
 
 
 def stream_label(label, sinks):
@@ -162,41 +166,52 @@ def stream_cells(path):
 
 
 def report(rows, out):
-    """OUT/streaming.md: per model, perplexity at L nonoverlapping and with a sliding window (stride
-    L/2: every token after L/2 to L - 1 others), then streamed through a cache of L keys
-    with 0, 1 and 4 sinks, mean ± std over the seeds (n), and the stream's tokens/s."""
+    """OUT/streaming.md: per model, perplexity at L in blocks, with a sliding window of stride L/2 and
+    with the exact sliding window (stride 1: every token after the L - 1 before it, recomputed), then
+    streamed through a cache of L keys with 0, 1 and 4 sinks, mean ± std over the seeds (n), and the
+    stream's tokens/s; then the streams of the other splits (no blocks scored there)."""
     from fairseq_alibi.files import read_rows, written_whole
     from fairseq_alibi_lab.results import cell, per_run
 
     path = os.path.join(out, STREAMING)
     checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
     length = min((r["l_valid"] for r in rows), default=None)
-    streamed = [r for r in (read_rows(path) if os.path.exists(path) else [])
-                if r["checkpoint"] in checkpoints and r["cache"] == length]
     labels = list(dict.fromkeys(r["label"] for r in rows if r.get("checkpoint")))
     if not labels:
         return None
+    split = next(r.get("split", "valid") for r in rows if r.get("checkpoint"))
+    streamed = [r for r in (read_rows(path) if os.path.exists(path) else [])
+                if r["checkpoint"] in checkpoints and r["cache"] == length]
     # {key: [one value per checkpoint]}, the last scoring of a checkpoint counted
     scored = per_run([r for r in rows if r["l_valid"] == length], lambda r: (r["label"], r["stride_rule"]))
-    scored.update(per_run(streamed, lambda r: (r.get("label"), r["sinks"])))
-    speed = per_run(streamed, lambda r: (r.get("label"), r["sinks"]), lambda r: r["tokens_per_s"])
+    scored.update(per_run(streamed, lambda r: (r.get("label"), r.get("split"), r["sinks"])))
+    speed = per_run(streamed, lambda r: (r.get("label"), r.get("split"), r["sinks"]), lambda r: r["tokens_per_s"])
+    can_stream = {label: streams(method_of(next(r.get("model") or "" for r in rows if r["label"] == label)))
+                  for label in labels}
 
     def shown(values):
         return f"{cell(values, len(values))} (n={len(values)})" if values else "-"
 
+    def stream_cells(label, on):
+        if not can_stream[label]:
+            return ["cannot stream (position embeddings)"] * len(SINKS) + ["-"]
+        tokens_per_s = speed.get((label, on, 0))
+        return [shown(scored.get((label, on, sinks), [])) for sinks in SINKS] + [
+            f"{sum(tokens_per_s) / len(tokens_per_s):.0f}" if tokens_per_s else "-"]
+
+    streams_head = [*(f"stream, {s} sink{'s' * (s != 1)} + window {length - s}" for s in SINKS), "stream tokens/s (S=0)"]
     head = ["model", f"blocks of {length}", f"sliding window of {length} (stride {length // 2})",
-            *(f"stream, {s} sink{'s' * (s != 1)} + window {length - s}" for s in SINKS), "stream tokens/s (S=0)"]
+            f"exact sliding window of {length} (stride 1)", *streams_head]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for label in labels:
-        cells = [shown(scored.get((label, key), [])) for key in ("0", "L_valid/2", *SINKS)]
-        tokens_per_s = speed.get((label, 0))
-        cells.append(f"{sum(tokens_per_s) / len(tokens_per_s):.0f}" if tokens_per_s else "-")
-        arch = next(r.get("model") or "" for r in rows if r["label"] == label)
-        if not streams(method_of(arch)):
-            cells[2:5] = ["cannot stream (position embeddings)"] * 3
+        cells = [shown(scored.get((label, key), [])) for key in ("0", "L_valid/2", "1")] + stream_cells(label, split)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    text = (f"# Streaming: perplexity on the {rows[0].get('split', 'valid')} split as one text, cache of {length} keys, "
+    text = (f"# Streaming: perplexity on the {split} split as one text, cache of {length} keys, "
             "mean ± std over seeds\n\n" + "\n".join(lines) + "\n")
+    for other in sorted({r.get("split") for r in streamed} - {split}):
+        lines = ["| " + " | ".join(["model", *streams_head]) + " |", "|---" * (len(streams_head) + 1) + "|"]
+        lines += [f"| {label} | " + " | ".join(stream_cells(label, other)) + " |" for label in labels]
+        text += f"\n## The {other} split as one text, streamed only\n\n" + "\n".join(lines) + "\n"
     with written_whole(os.path.join(out, "streaming.md")) as partial, open(partial, "w") as f:
         f.write(text)
     return text

@@ -182,11 +182,11 @@ def test_stream_eval_scores_the_stream_as_the_rule_does(toy_checkpoint, wt2_slic
 @pytest.mark.slow
 def test_the_streaming_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_path):
     """scripts/experiment.py streaming at toy size (one layer, L=16, 4 updates, a validation split of
-    40 lines): ALiBi scored at L in blocks and with a sliding window (stride L/2), and streamed through
-    a cache of 16 keys with 0, 1 and 4 sinks; with one layer the window-only stream is fairseq-eval-lm's
-    exact sliding window (stride 1, scored here apart: every token sees the 15 before it, positions
-    inside the cache), so fairseq-eval-lm and the exported class agree; rerun, nothing is scored twice;
-    --tables rebuilds the table. A model with position embeddings is not streamed, and the table says why."""
+    40 lines, no test split: streamed from valid only): ALiBi scored at L in blocks, with a sliding
+    window (stride L/2) and with fairseq-eval-lm's exact sliding window (stride 1), and streamed through
+    a cache of 16 keys with 0, 1 and 4 sinks; with one layer the window-only stream is that exact
+    window (every token sees the 15 before it, positions inside the cache), so fairseq-eval-lm and the
+    exported class agree; rerun, nothing is scored twice; --tables rebuilds the table. A model with position embeddings is not streamed, and the table says why."""
     import json
     import shutil
     import subprocess
@@ -215,17 +215,16 @@ def test_the_streaming_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
         ("ALiBi", 0, 16, 16), ("ALiBi", 1, 15, 16), ("ALiBi", 4, 12, 16)]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
     assert sorted((r["label"], r["l_valid"], r["stride_rule"]) for r in rows) == [
-        ("ALiBi", 16, "0"), ("ALiBi", 16, "L_valid/2")]
+        ("ALiBi", 16, "0"), ("ALiBi", 16, "1"), ("ALiBi", 16, "L_valid/2")]
     window_only = next(r for r in streamed if r["sinks"] == 0)
-    exact = tmp_path / "stride1.jsonl"
-    run(["scripts/eval.sh", window_only["checkpoint"], str(data), str(exact), "16", "1"])
-    sliding = json.loads(exact.read_text())
+    sliding = next(r for r in rows if r["stride_rule"] == "1")
     assert window_only["tokens"] == sliding["tokens"] > 1000
     assert window_only["loss_base2"] == pytest.approx(sliding["loss_base2"], rel=1e-5)
     table = (out / "streaming.md").read_text()
     blocks = next(r for r in rows if r["stride_rule"] == "0")["perplexity"]
     half = next(r for r in rows if r["stride_rule"] == "L_valid/2")["perplexity"]
-    assert f"| ALiBi | {blocks:.2f} (n=1) | {half:.2f} (n=1) | {window_only['perplexity']:.2f} (n=1) |" in table
+    assert (f"| ALiBi | {blocks:.2f} (n=1) | {half:.2f} (n=1) | {sliding['perplexity']:.2f} (n=1) | "
+            f"{window_only['perplexity']:.2f} (n=1) |") in table and "test split" not in table
     (out / "streaming.md").unlink()
     run([*command, "--tables"])
     assert (out / "streaming.md").read_text() == table
@@ -237,6 +236,11 @@ def test_the_streaming_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     twin = dict(rows[0], label="Sinusoidal", model="transformer_lm", checkpoint="twin.pt")
     text = stream_eval.report([*rows, twin], str(out))
     assert "| Sinusoidal | " in text and text.count("cannot stream (position embeddings)") == 3
+    # Another split's streams: a table of their own (no blocks were scored there).
+    with open(out / "streaming.jsonl", "a") as f:
+        f.write(json.dumps(dict(window_only, split="test", perplexity=123.456)) + "\n")
+    text = stream_eval.report(rows, str(out))
+    assert "## The test split as one text, streamed only" in text and "| ALiBi | 123.46 (n=1) | - | - |" in text
 
 
 def test_streaming_claims_pair_each_stream_with_its_models_blocks(tmp_path):
