@@ -138,8 +138,8 @@ def main(argv=None):
     converted = convert_state(state, replace_positions=args.replace_positions, name=args.source)
     kept = dictionaries.checkpoint_dictionary(args.source)
     model_cfg = converted["cfg"]["model"]
-    if kept and os.path.isfile(os.path.join(kept, "dict.txt")) and not model_cfg.get("dictionary_sha256"):
-        model_cfg["dictionary_sha256"] = dictionaries.dictionary_fingerprint(kept)  # recorded inside it too
+    if kept and os.path.isfile(os.path.join(kept, "dict.txt")) and not model_cfg.get(dictionaries.RECORDED):
+        model_cfg[dictionaries.RECORDED] = dictionaries.dictionary_fingerprint(kept)  # recorded inside it too
     with written_whole(args.target) as partial:  # a failed write (a full disk) leaves no truncated checkpoint
         try:
             torch.save(converted, partial)

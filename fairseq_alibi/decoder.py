@@ -153,9 +153,9 @@ class PositionLanguageModel(TransformerLanguageModel):
             args.max_target_positions = UNBOUNDED_POSITIONS
 
         dictionary = task.source_dictionary
-        recorded = getattr(args, "dictionary_sha256", None)  # None: not recorded (older checkpoints)
+        recorded = getattr(args, dictionaries.RECORDED, None)  # None: not recorded (older checkpoints)
         if recorded and recorded != dictionaries.fingerprint(dictionary.symbols[dictionary.nspecial:]):
-            raise ConfigError(f"this model was trained on another dictionary than the data's (dictionary_sha256 "
+            raise ConfigError(f"this model was trained on another dictionary than the data's ({dictionaries.RECORDED} "
                               f"{recorded}): give the data it was trained on")
         if args.adaptive_input:
             embed_tokens = AdaptiveInput(
@@ -256,7 +256,7 @@ def fairseq_config(method_class):
         kind = ChoiceEnum(list(option.metadata["choices"])) if "choices" in option.metadata else option.type
         fields.append((option.name, kind, field(default=option.default, metadata={"help": option.metadata["help"]})))
     fields.append(("document_separator", Optional[str], field(default=None, metadata={"help": DOCUMENT_SEPARATOR_HELP})))
-    fields.append(("dictionary_sha256", Optional[str], field(default=None, metadata={"help": DICTIONARY_HELP})))
+    fields.append((dictionaries.RECORDED, Optional[str], field(default=None, metadata={"help": DICTIONARY_HELP})))
     fields.append(("attention_kernel", ChoiceEnum(list(KERNEL_NAMES)), field(
         default="auto", metadata={"help": ATTENTION_KERNEL_HELP})))
     if method_class.method == "alibi":  # the option's name before --attention-kernel; still read (factory.py)
