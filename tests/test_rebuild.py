@@ -38,12 +38,13 @@ REBUILDS = {
     f"{RESULTS}/main-gpu": [runner("main")],
     f"{RESULTS}/mlm": [runner("mlm"), claims("mlm")],
     f"{RESULTS}/scale2": [runner("scale2"), CLAIMS],
+    f"{RESULTS}/streaming": [runner("streaming"), claims("streaming")],
     f"{RESULTS}/trade": [runner("trade"), claims("trade")],
     os.path.join("examples", "synthetic", "results"): [runner("synthetic"), claims("synthetic")],
     os.path.join("examples", "synthetic", "budget"): [["examples/synthetic/table.py", "{out}/results.jsonl", "--out", "{out}"]],
 }
 # What the commands read (kept in the copy) rather than write (removed from it first).
-INPUTS = {"README.md", "PROVENANCE.md", "results.jsonl", "recovery.jsonl", "fairseq.jsonl", "scoring.json",
+INPUTS = {"README.md", "PROVENANCE.md", "results.jsonl", "recovery.jsonl", "streaming.jsonl", "fairseq.jsonl", "scoring.json",
           "training-resources.csv", "intermediate.jsonl"}
 # Written from checkpoints, which are not committed: greedy continuations.
 NOT_FROM_COMMITTED_FILES = {f"{RESULTS}/conversion/generation.md"}
