@@ -183,9 +183,20 @@ STREAMING = (
     Claim("ALiBi streams better than rotary (4 sinks)", ("ALiBi, stream, 4 sinks", 1), ("Rotary, stream, 4 sinks", 1),
           "lower", ("0",), EVERY_TOKEN_ONCE),
 )
+# Retrieval past L (retrieval.py's rows: a cell is (model + scaling, task, K), exact match in percent at
+# K x L averaged over the five depths): the field's claims, as issue 47 states them.
+RETRIEVAL_TASKS = ("passkey", "multikey", "kvlookup")
+RETRIEVAL = tuple(claim for task in RETRIEVAL_TASKS for claim in (
+    Claim(f"ALiBi fails past L ({task}: L above 4L)", ("ALiBi", task, 1), ("ALiBi", task, 4), "higher", (EXACT_MATCH,)),
+    Claim(f"NTK-ALiBi widens ALiBi's field ({task} at 4L)", ("ALiBi + ntk", task, 4), ("ALiBi", task, 4), "higher",
+          (EXACT_MATCH,)),
+    Claim(f"Rotary + NTK retrieves further than ALiBi ({task} at 4L)", ("Rotary + ntk", task, 4), ("ALiBi", task, 4),
+          "higher", (EXACT_MATCH,)),
+    Claim(f"Rotary + YaRN retrieves further than ALiBi ({task} at 4L)", ("Rotary + yarn", task, 4), ("ALiBi", task, 4),
+          "higher", (EXACT_MATCH,))))
 EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "trade": TRADE, "documents": DOCUMENTS, "conversion": CONVERSION, "littlebird": LITTLEBIRD,
                      "littlebird-long": LITTLEBIRD_LONG, "mlm": MLM, "synthetic": SYNTHETIC,
-                     "gpt2-alibi": GPT2_ALIBI, "streaming": STREAMING}
+                     "gpt2-alibi": GPT2_ALIBI, "streaming": STREAMING, "retrieval": RETRIEVAL}
 SEEDS = 3
 
 
@@ -261,6 +272,33 @@ def accuracy_cells(rows):
     return out
 
 
+def retrieval_cells(rows):
+    """({(model + scaling, task, length): {checkpoint: exact match in percent, the depths' mean}}, L)
+    from retrieval.py's rows (the last scoring of a (checkpoint, scaling, task, length, depth) wins);
+    two runs of one label and seed refused."""
+    last, runs = {}, {}
+    for r in rows:
+        label = r.get("label") or r["model"]
+        name = label + ("" if r.get("scaling", "none") == "none" else f" + {r['scaling']}")
+        one_run_per_seed(runs, label, label, r.get("seed"), r["checkpoint"])
+        last[(name, r["task"], r["length"], r["checkpoint"], r["depth"])] = 100 * r["accuracy"]
+    depths = {}
+    for (name, task, length, checkpoint, _), value in last.items():
+        depths.setdefault((name, task, length), {}).setdefault(checkpoint, []).append(value)
+    out = {cell: {c: sum(v) / len(v) for c, v in by.items()} for cell, by in depths.items()}
+    return out, min((key[2] for key in out), default=None)
+
+
+def retrieval_table(rows, claims=RETRIEVAL):
+    """The claims' table on the retrieval experiment's exact-match rows."""
+    found, length = retrieval_cells(rows)
+
+    def locate(cell, scoring):
+        name, task, k = cell
+        return (name, task, k * length), f"{name}, {task} at {k * length}"
+    return "\n".join(HEADER + [line for claim in claims for line in lines(found, locate, claim)]) + "\n"
+
+
 def locate_accuracy(cell, scoring):
     label, task, sizes = cell
     return cell, f"{label}, {task} {sizes}"
@@ -318,7 +356,17 @@ def main():
     p.add_argument("--relation", choices=("lower", "at-most"), default="lower",
                    help="with --compare: A's perplexity below B's (default), or A's not above B's")
     args = p.parse_args()
-    if args.experiment == "synthetic":
+    if args.experiment == "retrieval":  # retrieval.jsonl beside each results file
+        if args.compare:
+            p.error("--compare takes perplexity cells; the retrieval comparisons are the declared ones")
+        paths = [os.path.join(os.path.dirname(path), "retrieval.jsonl") for path in args.results]
+        for path in paths:
+            if not os.path.exists(path):
+                p.error(f"no {path}: the retrieval experiment writes it (scripts/experiment.py retrieval)")
+        rows = [r for path in paths for r in results.read_json_lines(
+            path, ("label", "task", "length", "depth", "accuracy", "checkpoint"), "fairseq_alibi_lab/retrieval.py")]
+        text = retrieval_table(rows)
+    elif args.experiment == "synthetic":
         if args.compare:
             p.error("--compare takes perplexity cells; the synthetic tasks' comparisons are the declared ones")
         rows = [r for path in args.results for r in results.read_json_lines(

@@ -155,3 +155,42 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     refused = subprocess.run([*command[:4], str(tmp_path), *command[5:], "--parallel", "2"], cwd=REPO,
                              capture_output=True, text=True)
     assert refused.returncode == 2 and "run it one job at a time" in refused.stderr
+
+
+def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
+    """scripts/claims.py --experiment retrieval: a cell is a model (with its scaling) on one task at
+    K x L, each seed's exact match averaged over the depths (the last scoring of a depth winning),
+    in percent, higher better; rows from retrieval.jsonl beside the results; a missing file is one line."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from fairseq_alibi_lab import claims
+
+    def row(label, seed, length, depth, accuracy, scaling="none", task="passkey"):
+        return {"label": label, "model": "m", "seed": seed, "checkpoint": f"{label}-s{seed}.pt", "scaling": scaling,
+                "task": task, "length": length, "depth": depth, "n": 10, "correct": int(10 * accuracy),
+                "accuracy": accuracy}
+
+    rows = [row("ALiBi", s, 64, d, 1.0) for s in (1, 2, 3) for d in (0.0, 1.0)]
+    rows += [row("ALiBi", s, 256, d, a) for s in (1, 2, 3) for d, a in ((0.0, 0.0), (1.0, 0.1 * s))]
+    rows += [row("ALiBi", s, 256, d, 0.9, "ntk") for s in (1, 2, 3) for d in (0.0, 1.0)]
+    rows.append(row("ALiBi", 1, 256, 1.0, 0.3))  # a rescoring of seed 1's depth 1.0: it wins
+    found, length = claims.retrieval_cells(rows)
+    assert length == 64 and found[("ALiBi", "passkey", 256)] == pytest.approx({"ALiBi-s1.pt": 15.0, "ALiBi-s2.pt": 10.0,
+                                                                                 "ALiBi-s3.pt": 15.0})
+    text = claims.retrieval_table(rows)
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()[2:]}
+    fails = lines["ALiBi fails past L (passkey: L above 4L)"]
+    assert "ALiBi, passkey at 64: 100.00 ± 0.00 (n=3) | ALiBi, passkey at 256: 13.33 ± 2.89 (n=3)" in fails
+    assert "paired t" in fails and fails.endswith("| supported |")
+    assert lines["NTK-ALiBi widens ALiBi's field (passkey at 4L)"].endswith("| supported |")
+    assert lines["Rotary + YaRN retrieves further than ALiBi (passkey at 4L)"].endswith("| no verdict (a cell not scored) |")
+    (tmp_path / "results.jsonl").write_text("")
+    command = [sys.executable, "scripts/claims.py", str(tmp_path / "results.jsonl"), "--experiment", "retrieval"]
+    missing = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    assert missing.returncode == 2 and "the retrieval experiment writes it" in missing.stderr.strip().splitlines()[-1]
+    (tmp_path / "retrieval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    printed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert printed == text
