@@ -2,7 +2,7 @@
 cache, not by the text.
 
     python scripts/stream_eval.py CHECKPOINT DATA OUT.jsonl --cache 64 --sinks 0 1 4 [--split valid]
-                                  [--chunk N] [--limit TOKENS] [--label NAME]
+                                  [--chunk N] [--limit TOKENS] [--label NAME] [--fields JSON]
 
 The checkpoint's model runs as the exported class (fairseq_alibi/hf: the same weights, fp32), the
 split's binarized lines as one stream (each line ends in </s>; the first token is conditioned on
@@ -61,6 +61,7 @@ def main(argv=None):
     p.add_argument("--split", default="valid")
     p.add_argument("--limit", type=int, help="score only the stream's first LIMIT tokens")
     p.add_argument("--label", default="", help="the row's name in tables (default: the method)")
+    p.add_argument("--fields", default="{}", help="a JSON object of fields added to each row (the runner's)")
     args = p.parse_args(argv)
     for name in ("cache", "chunk", "limit"):
         value = getattr(args, name)
@@ -80,6 +81,7 @@ def main(argv=None):
     from fairseq_alibi.files import append_lines
     from fairseq_alibi.hf.export import hf_model_of
 
+    fields = provenance.row_fields(args.fields)
     model, _, task = load_checkpoint(args.checkpoint, args.data, kind="causal LM")
     hf = hf_model_of(model, task.source_dictionary, {}).eval()
     problem = next((why for why in [_problem(hf, s, args.cache - s) for s in args.sinks] if why), None)
@@ -97,7 +99,8 @@ def main(argv=None):
                "scoring": "streaming", "cache": args.cache, "sinks": sinks, "window": window,
                "chunk": args.chunk or window, "keys_held": held, "tokens": len(targets), "loss_base2": loss_base2,
                "perplexity": 2 ** loss_base2, "wall_s": round(wall, 2), "tokens_per_s": round(len(targets) / wall, 1),
-               "threads": torch.get_num_threads(), "commit": provenance.commit(), "machine": provenance.machine()}
+               "threads": torch.get_num_threads(), "commit": provenance.commit(), "machine": provenance.machine(),
+               **fields}
         append_lines(args.out, [json.dumps(row)])
         print(f"{args.label or row['model']}: sinks {sinks} + window {window}: perplexity {row['perplexity']:.2f} "
               f"on {len(targets)} tokens ({row['tokens_per_s']:.0f} tokens/s, at most {held} keys)", flush=True)
@@ -143,7 +146,8 @@ def score_model(runner, model, seed, checkpoint):
         print(f"    streaming the {split} split: cache {cache}, sinks {' '.join(map(str, missing))}", flush=True)
         done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.stream_eval", checkpoint, runner.data, out,
                                "--cache", str(cache), "--sinks", *map(str, missing), "--label", model.label,
-                               "--split", split], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                               "--split", split, "--fields", runner.fields], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
         if done.returncode:
             raise SystemExit((done.stderr.strip().splitlines() or [f"error: streaming {model.label} failed"])[-1])
         scored = True
