@@ -274,18 +274,15 @@ def accuracy_cells(rows):
 
 def retrieval_cells(rows):
     """({(model + scaling, task, length): {checkpoint: exact match in percent, the depths' mean}}, L)
-    from retrieval.py's rows (the last scoring of a (checkpoint, scaling, task, length, depth) wins);
-    two runs of one label and seed refused."""
-    last, runs = {}, {}
+    from retrieval.py's rows (retrieval.depth_means); two runs of one label and seed refused."""
+    from fairseq_alibi_lab.retrieval import depth_means
+
+    runs = {}
     for r in rows:
         label = r.get("label") or r["model"]
-        name = label + ("" if r.get("scaling", "none") == "none" else f" + {r['scaling']}")
         one_run_per_seed(runs, label, label, r.get("seed"), r["checkpoint"])
-        last[(name, r["task"], r["length"], r["checkpoint"], r["depth"])] = 100 * r["accuracy"]
-    depths = {}
-    for (name, task, length, checkpoint, _), value in last.items():
-        depths.setdefault((name, task, length), {}).setdefault(checkpoint, []).append(value)
-    out = {cell: {c: sum(v) / len(v) for c, v in by.items()} for cell, by in depths.items()}
+    out = {(name, task, length): {c: 100 * v for c, v in by.items()}
+           for (task, name, length), by in depth_means(rows).items()}
     return out, min((key[2] for key in out), default=None)
 
 

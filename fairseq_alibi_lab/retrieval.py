@@ -265,6 +265,21 @@ def score_model(runner, model, seed, checkpoint):
     return (os.path.getsize(out) if os.path.exists(out) else 0) > before
 
 
+def scored_name(row):
+    """A retrieval row's model as tables and claims name it: its label (else its model), + its scaling."""
+    return (row.get("label") or row["model"]) + ("" if row.get("scaling", "none") == "none" else f" + {row['scaling']}")
+
+
+def depth_means(scored):
+    """{(task, name, length): {checkpoint: accuracy averaged over the depths}} (the last scoring of a
+    depth wins)."""
+    last = {(r["task"], scored_name(r), r["length"], r["checkpoint"], r["depth"]): r["accuracy"] for r in scored}
+    by_depth = {}
+    for (task, name, length, checkpoint, _), accuracy in last.items():
+        by_depth.setdefault((task, name, length), {}).setdefault(checkpoint, []).append(accuracy)
+    return {cell: {c: sum(v) / len(v) for c, v in runs.items()} for cell, runs in by_depth.items()}
+
+
 def report(rows, out):
     """OUT/retrieval.md: per task, each model's (and scaling's) exact-match accuracy at each length,
     averaged over the depths, mean ± std over the seeds (n), beside chance; the perplexity of the
@@ -280,10 +295,7 @@ def report(rows, out):
     if not scored:
         return None
     lengths = sorted({r["length"] for r in scored})
-    cells = {}  # (task, name, length) -> {checkpoint: [accuracy per depth]}
-    for r in scored:
-        name = (r.get("label") or r["model"]) + ("" if r["scaling"] == "none" else f" + {r['scaling']}")
-        cells.setdefault((r["task"], name, r["length"]), {}).setdefault(r["checkpoint"], []).append(r["accuracy"])
+    cells = depth_means(scored)
     lines = []
     for task in TASKS:
         names = list(dict.fromkeys(n for t, n, _ in cells if t == task))
@@ -294,7 +306,7 @@ def report(rows, out):
         for name in names:
             shown = []
             for length in lengths:
-                runs = [statistics.mean(depths) for depths in cells.get((task, name, length), {}).values()]
+                runs = list(cells.get((task, name, length), {}).values())
                 shown.append("-" if not runs else f"{100 * statistics.mean(runs):.1f}" +
                              (f" ± {100 * statistics.stdev(runs):.1f}" if len(runs) > 1 else "") + f" (n={len(runs)})")
             lines.append(f"| {name} | " + " | ".join(shown) + " |")
@@ -317,8 +329,7 @@ def heatmaps(scored, out):
 
     for task in TASKS:
         rows = [r for r in scored if r["task"] == task]
-        names = list(dict.fromkeys((r.get("label") or r["model"]) + ("" if r["scaling"] == "none" else f" + {r['scaling']}")
-                                   for r in rows))
+        names = list(dict.fromkeys(map(scored_name, rows)))
         if not names:
             continue
         lengths, depths = sorted({r["length"] for r in rows}), sorted({r["depth"] for r in rows})
@@ -328,7 +339,7 @@ def heatmaps(scored, out):
             for i, depth in enumerate(depths):
                 for j, length in enumerate(lengths):
                     values = [r["accuracy"] for r in rows if r["depth"] == depth and r["length"] == length and
-                              (r.get("label") or r["model"]) + ("" if r["scaling"] == "none" else f" + {r['scaling']}") == name]
+                              scored_name(r) == name]
                     grid[i][j] = sum(values) / len(values) if values else float("nan")
             axis.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
             axis.set_xticks(range(len(lengths)), [str(x) for x in lengths], fontsize=6)
