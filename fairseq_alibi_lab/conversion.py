@@ -13,7 +13,6 @@ OUT/recovery.jsonl, labelled by run (CURVES), the from-scratch run's sparsely be
 updates; OUT/recovery.md and recovery.png from it. OUT/generation.md: generate.py's continuations
 by the seed-1 models, written once, when they are all trained.
 """
-import contextlib
 import fcntl
 import json
 import os
@@ -24,6 +23,7 @@ import sys
 from fairseq_alibi import checkpoints
 from fairseq_alibi.files import written_whole
 from fairseq_alibi_lab import recipes
+from fairseq_alibi_lab.gpt2_conversion import run
 from fairseq_alibi_lab.results import cell, mean_std, per_run, read_json_lines
 
 RECOVERY, GENERATION = "recovery.jsonl", "generation.md"
@@ -61,14 +61,11 @@ def checkpoint(name, runner, seed, make=False):
         with open(os.path.join(runner.checkpoints, ".teacher.lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not finished(teacher):
-                updates = int(recipes.last_value(recipes.recipe(runner.experiment.recipe, runner.length), "--max-update"))
+                updates = recipe_updates(runner)
                 print(f"    training the sinusoidal teacher (seed {TEACHER_SEED}, {updates} updates) -> {teacher_dir}", flush=True)
                 runner.train(Model("Sinusoidal teacher", "sinusoidal"), TEACHER_SEED, save=teacher_dir, updates=updates)
             if name == "converted" and not os.path.exists(converted):
-                done = subprocess.run([sys.executable, "-m", "fairseq_alibi.convert_checkpoint", "--replace-positions",
-                                       teacher, converted], capture_output=True, text=True)
-                if done.returncode:
-                    raise SystemExit((done.stderr.strip().splitlines() or ["error: the conversion failed"])[-1])
+                run([sys.executable, "-m", "fairseq_alibi.convert_checkpoint", "--replace-positions", teacher, converted])
     return wanted[name]
 
 
@@ -77,6 +74,11 @@ def updates(name, runner, seed):
     teacher = checkpoint("teacher", runner, seed)
     if os.path.isfile(teacher):
         return checkpoints.checkpoint_summary(teacher)[2]
+    return recipe_updates(runner)
+
+
+def recipe_updates(runner):
+    """The recipe's --max-update at L: the teacher's training."""
     return int(recipes.last_value(recipes.recipe(runner.experiment.recipe, runner.length), "--max-update"))
 
 
