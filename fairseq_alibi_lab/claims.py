@@ -356,7 +356,9 @@ def main():
     if args.experiment == "retrieval":  # retrieval.jsonl beside each results file
         if args.compare:
             p.error("--compare takes perplexity cells; the retrieval comparisons are the declared ones")
-        paths = [os.path.join(os.path.dirname(path), "retrieval.jsonl") for path in args.results]
+        from fairseq_alibi_lab.retrieval import ROWS as SCORED
+
+        paths = [os.path.join(os.path.dirname(path), SCORED) for path in args.results]
         for path in paths:
             if not os.path.exists(path):
                 p.error(f"no {path}: the retrieval experiment writes it (scripts/experiment.py retrieval)")
@@ -374,7 +376,7 @@ def main():
     else:
         rows = results.load(args.results)
         if args.experiment == "streaming":  # the streams beside each results file
-            from fairseq_alibi_lab.stream_eval import STREAMING as STREAMS, stream_cells
+            from fairseq_alibi_lab.stream_eval import ROWS as STREAMS, stream_cells
 
             for path in args.results:
                 streamed = os.path.join(os.path.dirname(path), STREAMS)

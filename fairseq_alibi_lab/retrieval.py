@@ -123,6 +123,7 @@ def make(out, source, length, fraction, seed, examples):
         previous = place
     mixed.extend(lines[previous:])
     valid_filler = [w for w in read_words(valid_path) if w != "</s>"]
+    rng = random.Random(f"{seed}/test")  # its own stream: the same prompts whatever the training mixture
     tests = []
     for task in TASKS:
         for multiple in MULTIPLES:
@@ -208,19 +209,19 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
 
 
 # The experiment runner's hooks (EXPERIMENTS["retrieval"]: Experiment.data, .scorer, .report).
-TASK_SEED, FRACTION, EXAMPLES = 1, 0.1, 20  # one task set for every training seed
+TASK_SEED, FRACTION, EXAMPLES = 1, 0.5, 20  # one task set for every training seed
 
 
 def prepare_data(runner):
-    """data-bin/retrieval-L<L>: make's text and test prompts (task seed 1), binarized into bin/ with
-    WikiText-2's own dictionary (prepared first); each step skipped when done."""
+    """data-bin/retrieval-L<L>-f<percent>: make's text and test prompts (task seed 1), binarized into
+    bin/ with WikiText-2's own dictionary (prepared first); each step skipped when done."""
     import shutil
     import subprocess
 
     from fairseq_alibi_lab.runner import prepare_wikitext2
 
     wikitext = prepare_wikitext2()
-    root = os.path.join("data-bin", f"retrieval-L{runner.length}")
+    root = os.path.join("data-bin", f"retrieval-L{runner.length}-f{round(100 * FRACTION)}")  # another mixture, another set
     source = os.environ.get("WIKITEXT2_SOURCE") or os.path.join("..", "shared", "data", "wikitext-2")
     if not os.path.isfile(os.path.join(root, "test.jsonl")):
         make(root, source, runner.length, FRACTION, TASK_SEED, EXAMPLES)
@@ -249,12 +250,15 @@ def tests_of(data):
     return path
 
 
+ROWS = "retrieval.jsonl"  # under the runner's OUT: what score_model appends to (the runner merges parallel parts' by it)
+
+
 def score_model(runner, model, seed, checkpoint):
     """The model's retrieval accuracy into OUT/retrieval.jsonl (what it lacks), in a process of its
     own (the runner imports no fairseq); True if it scored anything."""
     import subprocess
 
-    out = os.path.join(runner.out, "retrieval.jsonl")
+    out = os.path.join(runner.out, ROWS)
     before = os.path.getsize(out) if os.path.exists(out) else 0
     done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "score", checkpoint, runner.data,
                            tests_of(runner.data), out, "--label", model.label, "--scalings", "none", *model.scalings,
@@ -289,7 +293,7 @@ def report(rows, out):
 
     from fairseq_alibi.files import read_rows
 
-    path = os.path.join(out, "retrieval.jsonl")
+    path = os.path.join(out, ROWS)
     checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
     scored = [r for r in (read_rows(path) if os.path.exists(path) else []) if r["checkpoint"] in checkpoints]
     if not scored:
@@ -361,9 +365,9 @@ def main(argv=None):
     m.add_argument("out")
     m.add_argument("--source", required=True, help="the raw WikiText-2 directory (wiki.*.tokens)")
     m.add_argument("--length", type=int, default=64, help="the training length L")
-    m.add_argument("--fraction", type=float, default=0.1, help="the share of the training text that is retrieval examples")
-    m.add_argument("--seed", type=int, default=1)
-    m.add_argument("--examples", type=int, default=20, help="test prompts per task, length and depth")
+    m.add_argument("--fraction", type=float, default=FRACTION, help="the share of the training text that is retrieval examples")
+    m.add_argument("--seed", type=int, default=TASK_SEED)
+    m.add_argument("--examples", type=int, default=EXAMPLES, help="test prompts per task, length and depth")
     s = sub.add_parser("score", help="exact-match accuracy of a checkpoint on test prompts")
     s.add_argument("checkpoint")
     s.add_argument("data", help="the binarized data (its dict.txt is the checkpoint's)")

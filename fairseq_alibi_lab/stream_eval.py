@@ -110,7 +110,7 @@ def main(argv=None):
 # the training length, for the models whose positions a cache can re-assign.
 SINKS = (0, 1, 4)
 SPLITS = ("valid", "test")  # each streamed as one text (the experiment's split first; a split the data lacks is skipped)
-STREAMING = "streaming.jsonl"
+ROWS = "streaming.jsonl"  # under the runner's OUT: what score_model appends to (the runner merges parallel parts' by it)
 
 
 def streams(method):
@@ -134,7 +134,7 @@ def score_model(runner, model, seed, checkpoint):
 
     if not streams(model.method):
         return False
-    out = os.path.join(runner.out, STREAMING)
+    out = os.path.join(runner.out, ROWS)
     cache = runner.train_length(model)
     have = {(r["checkpoint"], r.get("split"), r["sinks"]) for r in (read_rows(out) if os.path.exists(out) else [])
             if r.get("cache") == cache}
@@ -177,7 +177,7 @@ def report(rows, out):
     from fairseq_alibi.files import read_rows, written_whole
     from fairseq_alibi_lab.results import cell, per_run
 
-    path = os.path.join(out, STREAMING)
+    path = os.path.join(out, ROWS)
     checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
     length = min((r["l_valid"] for r in rows), default=None)
     labels = list(dict.fromkeys(r["label"] for r in rows if r.get("checkpoint")))

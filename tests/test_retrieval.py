@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO, find_wikitext2, run
 
-from fairseq_alibi_lab.retrieval import TASKS, example, key, read_words, shortest  # noqa: E402
+from fairseq_alibi_lab.retrieval import FRACTION, TASKS, example, key, read_words, shortest  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +32,15 @@ def test_make_is_deterministic_and_mixes_the_asked_share(source, tmp_path):
     printed = make(source, tmp_path / "a")
     make(source, tmp_path / "b")
     make(source, tmp_path / "c", "--seed", "2")
+    make(source, tmp_path / "d", "--fraction", "0.3")
     for name in ("text/wiki.train.tokens", "test.jsonl"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
         assert (tmp_path / "a" / name).read_bytes() != (tmp_path / "c" / name).read_bytes()
+    # Another mixture, the same test prompts: recipes are compared on one test set.
+    assert (tmp_path / "d" / "test.jsonl").read_bytes() == (tmp_path / "a" / "test.jsonl").read_bytes()
     made = json.loads((tmp_path / "a" / "made.json").read_text())
     share = made["inserted_words"] / (made["inserted_words"] + made["train_words"])
-    assert 0.1 <= share < 0.1 + 48 / made["train_words"] and "retrieval examples" in printed
+    assert FRACTION <= share < FRACTION + 48 / made["train_words"] and "retrieval examples" in printed
     original = (source / "wiki.train.tokens").read_text(encoding="utf-8").splitlines(keepends=True)
     mixed = (tmp_path / "a" / "text" / "wiki.train.tokens").read_text(encoding="utf-8").splitlines(keepends=True)
     it = iter(mixed)  # the original lines, in order, with the examples among them
@@ -152,9 +155,14 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     assert (out / "retrieval.md").read_text() == table
     run(command)
     assert len((out / "retrieval.jsonl").read_text().splitlines()) == len(rows)
-    refused = subprocess.run([*command[:4], str(tmp_path), *command[5:], "--parallel", "2"], cwd=REPO,
-                             capture_output=True, text=True)
-    assert refused.returncode == 2 and "run it one job at a time" in refused.stderr
+    # Continued in parallel parts with a second seed: seed 1's part finds its rows (nothing scored
+    # twice), seed 2's accuracy rows are merged from its part into OUT's retrieval.jsonl.
+    seeds = command.index("--seeds")
+    run([*command[:seeds + 1], "1", "2", *command[seeds + 2:], "--parallel", "2"])
+    merged = [json.loads(line) for line in (out / "retrieval.jsonl").read_text().splitlines()]
+    second = str(tmp_path / "checkpoints" / "alibi-L40-s2" / "checkpoint_last.pt")
+    assert merged[:len(rows)] == rows and len(merged) == 2 * len(rows)
+    assert {r["checkpoint"] for r in merged[len(rows):]} == {second}
 
 
 def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
