@@ -212,6 +212,19 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
 TASK_SEED, FRACTION, EXAMPLES = 1, 0.5, 20  # one task set for every training seed
 
 
+def made_otherwise(root, **wanted):
+    """What differs between the set `make` wrote in root (its made.json) and the one wanted, in one
+    line, or None: a set made with other options is never trained or scored on as this one."""
+    try:
+        with open(os.path.join(root, "made.json")) as f:
+            made = json.load(f)
+    except (OSError, ValueError):
+        return f"{root} holds no readable made.json: move the folder away, and the set is made again"
+    differ = [f"{name} {made.get(name)} (wanted {value})" for name, value in wanted.items() if made.get(name) != value]
+    return (f"{root} was made with {', '.join(differ)}: move the folder away, and the set is made again"
+            if differ else None)
+
+
 def prepare_data(runner):
     """data-bin/retrieval-L<L>-f<percent>: make's text and test prompts (task seed 1), binarized into
     bin/ with WikiText-2's own dictionary (prepared first); each step skipped when done."""
@@ -225,6 +238,9 @@ def prepare_data(runner):
     source = os.environ.get("WIKITEXT2_SOURCE") or os.path.join("..", "shared", "data", "wikitext-2")
     if not os.path.isfile(os.path.join(root, "test.jsonl")):
         make(root, source, runner.length, FRACTION, TASK_SEED, EXAMPLES)
+    problem = made_otherwise(root, length=runner.length, fraction=FRACTION, seed=TASK_SEED, examples=EXAMPLES)
+    if problem:
+        raise SystemExit(f"error: {problem}")
     binarized = os.path.join(root, "bin")
     if not os.path.isdir(binarized):
         partial = binarized + ".part"

@@ -49,6 +49,17 @@ def test_make_is_deterministic_and_mixes_the_asked_share(source, tmp_path):
         assert (tmp_path / "a" / "text" / f"wiki.{split}.tokens").read_bytes() == (source / f"wiki.{split}.tokens").read_bytes()
 
 
+def test_a_set_made_with_other_options_is_named_not_reused(source, tmp_path):
+    from fairseq_alibi_lab.retrieval import made_otherwise
+
+    make(source, tmp_path / "a", "--fraction", "0.3")
+    wanted = dict(length=48, fraction=0.3, seed=1, examples=2)
+    assert made_otherwise(str(tmp_path / "a"), **wanted) is None
+    problem = made_otherwise(str(tmp_path / "a"), **dict(wanted, fraction=0.5))
+    assert "fraction 0.3 (wanted 0.5)" in problem and "\n" not in problem
+    assert "no readable made.json" in made_otherwise(str(tmp_path), **wanted)
+
+
 def test_test_keys_never_appear_as_answers_in_training(source, tmp_path):
     make(source, tmp_path / "a")
     tests = [json.loads(line) for line in (tmp_path / "a" / "test.jsonl").read_text().splitlines()]
