@@ -97,6 +97,17 @@ def append_lines(path, lines):
                          + " ".join(lines))
 
 
+def options_changed(path, options):
+    """[(name, recorded, now)] for each of options that differs from the JSON record at path (what a
+    data set was made with), [] if none does, None if there is no readable record."""
+    try:
+        with open(path) as f:
+            recorded = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return [(name, recorded.get(name), value) for name, value in options.items() if recorded.get(name) != value]
+
+
 def read_rows(path):
     """The rows of a results file so far; a line cut short by an interrupted write is skipped (it
     is measured again)."""

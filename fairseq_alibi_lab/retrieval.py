@@ -215,14 +215,13 @@ TASK_SEED, FRACTION, EXAMPLES = 1, 0.5, 20  # one task set for every training se
 def made_otherwise(root, **wanted):
     """What differs between the set `make` wrote in root (its made.json) and the one wanted, in one
     line, or None: a set made with other options is never trained or scored on as this one."""
-    try:
-        with open(os.path.join(root, "made.json")) as f:
-            made = json.load(f)
-    except (OSError, ValueError):
+    from fairseq_alibi.files import options_changed
+
+    changed = options_changed(os.path.join(root, "made.json"), wanted)
+    if changed is None:
         return f"{root} holds no readable made.json: move the folder away, and the set is made again"
-    differ = [f"{name} {made.get(name)} (wanted {value})" for name, value in wanted.items() if made.get(name) != value]
-    return (f"{root} was made with {', '.join(differ)}: move the folder away, and the set is made again"
-            if differ else None)
+    return (f"{root} was made with {', '.join(f'{name} {made} (wanted {now})' for name, made, now in changed)}: "
+            "move the folder away, and the set is made again" if changed else None)
 
 
 def prepare_data(runner):

@@ -26,6 +26,8 @@ import os
 import random
 import shutil
 
+from fairseq_alibi.files import options_changed
+
 TASKS = ("copy", "reverse", "add")
 
 
@@ -62,13 +64,11 @@ def main():
         if getattr(args, name) < 1:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     options = {name: getattr(args, name) for name in OPTIONS}
-    recorded = os.path.join(args.out, "options.json")
-    if os.path.isfile(recorded):
-        with open(recorded) as f:
-            before = json.load(f)
-        changed = [f"--{k.replace('_', '-')} {before.get(k)} then, {v} now" for k, v in options.items() if before.get(k) != v]
+    changed = options_changed(os.path.join(args.out, "options.json"), options)
+    if changed is not None:
         if changed:
-            raise SystemExit(f"error: {args.out} holds tasks made with other options ({'; '.join(changed)}): "
+            said = "; ".join(f"--{k.replace('_', '-')} {then} then, {now} now" for k, then, now in changed)
+            raise SystemExit(f"error: {args.out} holds tasks made with other options ({said}): "
                              "give another OUT_DIR (DATA_DIR for run.sh), or move it away to make them anew")
         print(f"{args.out} already holds these tasks: left as they are")
         return
