@@ -310,7 +310,7 @@ def report(rows, out):
 
     path = os.path.join(out, ROWS)
     checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
-    scored = [r for r in (read_rows(path) if os.path.exists(path) else []) if r["checkpoint"] in checkpoints]
+    scored = [r for r in read_rows(path) if r["checkpoint"] in checkpoints]
     if not scored:
         return None
     lengths = sorted({r["length"] for r in scored})

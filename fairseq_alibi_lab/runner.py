@@ -704,7 +704,7 @@ class Runner:
     def scored_files(self):
         """The files under OUT that rows go to: results.jsonl, and the scorer's own (its ROWS)."""
         scorer = importlib.import_module(self.experiment.scorer) if self.experiment.scorer else None
-        return ("results.jsonl", *((scorer.ROWS,) if scorer else ()))
+        return (os.path.basename(self.results), *((scorer.ROWS,) if scorer else ()))
 
     def start_part(self, model, seed, part):
         """A part begins with the rows OUT already holds for its (model, seed), and the floor's, so
