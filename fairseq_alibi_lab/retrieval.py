@@ -299,14 +299,30 @@ def depth_means(scored):
     return {cell: {c: sum(v) / len(v) for c, v in runs.items()} for cell, runs in by_depth.items()}
 
 
+def perplexities(rows):
+    """{label: {checkpoint: validation perplexity in blocks of L}}: the scored models as language models."""
+    found = {}
+    for r in rows:
+        if (r.get("checkpoint") and r.get("split") == "valid" and r.get("stride") == 0 and
+                r.get("scaling", "none") == "none" and r.get("l_valid") == r.get("train_length")):
+            found.setdefault(r.get("label") or r["model"], {})[r["checkpoint"]] = r["perplexity"]
+    return found
+
+
 def report(rows, out):
     """OUT/retrieval.md: per task, each model's (and scaling's) exact-match accuracy at each length,
-    averaged over the depths, mean ± std over the seeds (n), beside chance; the perplexity of the
-    same models is the experiment's own table. And OUT/retrieval_<task>.png: accuracy by depth and
-    length, one panel per model, mean over the seeds."""
+    averaged over the depths, mean ± std over the seeds (n), beside chance and beside the same
+    models' validation perplexity at L (what the mixture costs them as language models). And
+    OUT/retrieval_<task>.png: accuracy by depth and length, one panel per model, mean over the seeds."""
     import statistics
 
-    from fairseq_alibi.files import read_rows
+    from fairseq_alibi.files import read_rows, written_whole
+
+    def shown(values, digits, scale=1):
+        if not values:
+            return "-"
+        spread = f" ± {scale * statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
+        return f"{scale * statistics.mean(values):.{digits}f}{spread} (n={len(values)})"
 
     path = os.path.join(out, ROWS)
     checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
@@ -314,25 +330,22 @@ def report(rows, out):
     if not scored:
         return None
     lengths = sorted({r["length"] for r in scored})
-    cells = depth_means(scored)
+    cells, perplexity = depth_means(scored), perplexities(rows)
+    base = {scored_name(r): r.get("label") or r["model"] for r in scored}
     lines = []
     for task in TASKS:
         names = list(dict.fromkeys(n for t, n, _ in cells if t == task))
         if not names:
             continue
-        lines += [f"## {task}", "", "| model | " + " | ".join(map(str, lengths)) + " |",
-                  "|---" * (len(lengths) + 1) + "|"]
+        lines += [f"## {task}", "", "| model | " + " | ".join(map(str, lengths)) + " | perplexity at L |",
+                  "|---" * (len(lengths) + 2) + "|"]
         for name in names:
-            shown = []
-            for length in lengths:
-                runs = list(cells.get((task, name, length), {}).values())
-                shown.append("-" if not runs else f"{100 * statistics.mean(runs):.1f}" +
-                             (f" ± {100 * statistics.stdev(runs):.1f}" if len(runs) > 1 else "") + f" (n={len(runs)})")
-            lines.append(f"| {name} | " + " | ".join(shown) + " |")
-        lines += ["| chance (one key of 10^4) | " + " | ".join("0.01" for _ in lengths) + " |", ""]
-    text = ("# Retrieval: exact-match accuracy (%), mean over 5 depths, mean ± std over seeds\n\n" + "\n".join(lines))
-    from fairseq_alibi.files import written_whole
-
+            accuracy = [shown(list(cells.get((task, name, length), {}).values()), 1, 100) for length in lengths]
+            lines.append(f"| {name} | " + " | ".join(accuracy) +
+                         f" | {shown(list(perplexity.get(base[name], {}).values()), 2)} |")
+        lines += ["| chance (one key of 10^4) | " + " | ".join("0.01" for _ in lengths) + " | |", ""]
+    text = ("# Retrieval: exact-match accuracy (%), mean over 5 depths, mean ± std over seeds\n\n"
+            "Beside it, the same checkpoints' validation perplexity in blocks of L (nonoverlapping).\n\n" + "\n".join(lines))
     with written_whole(os.path.join(out, "retrieval.md")) as partial, open(partial, "w") as f:
         f.write(text)
     heatmaps(scored, out)

@@ -213,3 +213,35 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
     (tmp_path / "retrieval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     printed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert printed == text
+
+
+def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accuracy(tmp_path):
+    """retrieval.report: accuracy (%) per task and length, averaged over the depths, mean ± std over
+    the seeds; beside it the same checkpoints' validation perplexity in blocks of L (a scaling's row
+    shows its model's), and rows of checkpoints the experiment does not declare are left out."""
+    import json
+    import statistics
+
+    from fairseq_alibi_lab import retrieval
+
+    def scored(seed, length, depth, accuracy, scaling="none", checkpoint=None):
+        return {"label": "ALiBi", "model": "m", "seed": seed, "checkpoint": checkpoint or f"a-s{seed}.pt",
+                "scaling": scaling, "task": "passkey", "length": length, "depth": depth, "n": 10, "accuracy": accuracy}
+
+    def perplexity(seed, value, l_valid=64, stride=0, scaling="none"):
+        return {"label": "ALiBi", "model": "m", "seed": seed, "checkpoint": f"a-s{seed}.pt", "split": "valid",
+                "train_length": 64, "l_valid": l_valid, "stride": stride, "scaling": scaling, "perplexity": value}
+
+    accuracy = [scored(s, 64, d, 0.1 * s + d / 10) for s in (1, 2) for d in (0.0, 1.0)]
+    accuracy += [scored(s, 128, d, 0.0) for s in (1, 2) for d in (0.0, 1.0)]
+    accuracy += [scored(s, 128, d, 0.2, "ntk") for s in (1, 2) for d in (0.0, 1.0)]
+    accuracy.append(scored(3, 64, 0.0, 1.0, checkpoint="undeclared.pt"))
+    (tmp_path / retrieval.ROWS).write_text("".join(json.dumps(r) + "\n" for r in accuracy))
+    rows = [perplexity(1, 200.0), perplexity(2, 210.0), perplexity(1, 150.0, l_valid=128), perplexity(1, 190.0, stride=32)]
+    text = retrieval.report(rows, str(tmp_path))
+    assert text == (tmp_path / "retrieval.md").read_text()
+    at_l = f"{statistics.mean([15.0, 25.0]):.1f} ± {statistics.stdev([15.0, 25.0]):.1f} (n=2)"
+    perplexity_at_l = f"205.00 ± {statistics.stdev([200.0, 210.0]):.2f} (n=2)"
+    assert f"| ALiBi | {at_l} | 0.0 ± 0.0 (n=2) | {perplexity_at_l} |" in text.splitlines()
+    assert f"| ALiBi + ntk | - | 20.0 ± 0.0 (n=2) | {perplexity_at_l} |" in text.splitlines()
+    assert "| model | 64 | 128 | perplexity at L |" in text and "| chance (one key of 10^4) | 0.01 | 0.01 | |" in text
