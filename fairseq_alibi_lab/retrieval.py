@@ -18,7 +18,8 @@ in training. Binarize the text with WikiText-2's own dictionary (scripts/prepare
 
 score greedily decodes each prompt's answer (behind fairseq's </s>, as a text starts) with the
 checkpoint as the exported class and appends one row per (task, length, depth): exact matches of
-the whole key, the count, the accuracy, provenance.
+the whole key (the count, the accuracy) and of its first word alone (a model that has learned to find
+the key but not to copy both words shows there), provenance.
 """
 import argparse
 import json
@@ -176,7 +177,8 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
     for t in tests:
         if not lengths or t["length"] in lengths:
             groups.setdefault((t["task"], t["length"], t["depth"]), []).append(t)
-    done = {group_key(r) for r in read_rows(out)} if os.path.exists(out) else set()
+    # A row without the first word's count (scored before it was kept) is scored again; the last wins.
+    done = {group_key(r) for r in read_rows(out) if "first_correct" in r} if os.path.exists(out) else set()
     for scaling in scalings:
         for length in sorted({length for _, length, _ in groups}):
             if scaling != "none" and length <= train_length:
@@ -199,12 +201,15 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
                 with torch.no_grad():
                     out_ids = hf.generate(prompts, max_new_tokens=len(answers[0]), do_sample=False,
                                           pad_token_id=dictionary.pad())
-                correct = sum(out_ids[i, prompts.size(1):].tolist() == answers[i] for i in range(len(group)))
+                decoded = out_ids[:, prompts.size(1):].tolist()
+                correct = sum(decoded[i] == answers[i] for i in range(len(group)))
+                first = sum(decoded[i][0] == answers[i][0] for i in range(len(group)))
                 rows.append({"label": label or None, **scored, "scaling": scaling, "task": name, "length": length, "depth": depth, "n": len(group),
-                             "correct": correct, "accuracy": correct / len(group), "commit": provenance.commit(),
+                             "correct": correct, "accuracy": correct / len(group), "first_correct": first,
+                             "first_accuracy": first / len(group), "commit": provenance.commit(),
                              "machine": provenance.machine()})
                 print(f"{label or rows[-1]['model']}{'' if scaling == 'none' else ' + ' + scaling}: {name} at {length} "
-                      f"tokens, depth {depth:.0%}: {correct}/{len(group)}", flush=True)
+                      f"tokens, depth {depth:.0%}: {correct}/{len(group)} (first word {first})", flush=True)
             append_lines(out, [json.dumps(r) for r in rows])
 
 
@@ -289,10 +294,13 @@ def scored_name(row):
     return (row.get("label") or row["model"]) + ("" if row.get("scaling", "none") == "none" else f" + {row['scaling']}")
 
 
-def depth_means(scored):
-    """{(task, name, length): {checkpoint: accuracy averaged over the depths}} (the last scoring of a
-    depth wins)."""
-    last = {(r["task"], scored_name(r), r["length"], r["checkpoint"], r["depth"]): r["accuracy"] for r in scored}
+METRICS = {"accuracy": "exact match", "first_accuracy": "first key word"}  # a row's field: what it counts
+
+
+def depth_means(scored, metric="accuracy"):
+    """{(task, name, length): {checkpoint: the metric averaged over the depths}} (the last scoring of a
+    depth wins; rows without the metric are left out)."""
+    last = {(r["task"], scored_name(r), r["length"], r["checkpoint"], r["depth"]): r[metric] for r in scored if metric in r}
     by_depth = {}
     for (task, name, length, checkpoint, _), accuracy in last.items():
         by_depth.setdefault((task, name, length), {}).setdefault(checkpoint, []).append(accuracy)
@@ -312,8 +320,9 @@ def perplexities(rows):
 def report(rows, out):
     """OUT/retrieval.md: per task, each model's (and scaling's) exact-match accuracy at each length,
     averaged over the depths, mean ± std over the seeds (n), beside chance and beside the same
-    models' validation perplexity at L (what the mixture costs them as language models). And
-    OUT/retrieval_<task>.png: accuracy by depth and length, one panel per model, mean over the seeds."""
+    models' validation perplexity at L (what the mixture costs them as language models); then the
+    same for the key's first word alone. And OUT/retrieval_<task>.png (exact match) and
+    retrieval_<task>_first.png: accuracy by depth and length, one panel per model, mean over the seeds."""
     import statistics
 
     from fairseq_alibi.files import read_rows, written_whole
@@ -330,29 +339,33 @@ def report(rows, out):
     if not scored:
         return None
     lengths = sorted({r["length"] for r in scored})
-    cells, perplexity = depth_means(scored), perplexities(rows)
+    perplexity = perplexities(rows)
     base = {scored_name(r): r.get("label") or r["model"] for r in scored}
     lines = []
-    for task in TASKS:
-        names = list(dict.fromkeys(n for t, n, _ in cells if t == task))
-        if not names:
-            continue
-        lines += [f"## {task}", "", "| model | " + " | ".join(map(str, lengths)) + " | perplexity at L |",
-                  "|---" * (len(lengths) + 2) + "|"]
-        for name in names:
-            accuracy = [shown(list(cells.get((task, name, length), {}).values()), 1, 100) for length in lengths]
-            lines.append(f"| {name} | " + " | ".join(accuracy) +
-                         f" | {shown(list(perplexity.get(base[name], {}).values()), 2)} |")
-        lines += ["| chance (one key of 10^4) | " + " | ".join("0.01" for _ in lengths) + " | |", ""]
-    text = ("# Retrieval: exact-match accuracy (%), mean over 5 depths, mean ± std over seeds\n\n"
-            "Beside it, the same checkpoints' validation perplexity in blocks of L (nonoverlapping).\n\n" + "\n".join(lines))
+    for metric, chance in (("accuracy", "0.01 (one key of 10^4)"), ("first_accuracy", "1 (one word of 100)")):
+        cells = depth_means(scored, metric)
+        for task in TASKS:
+            names = list(dict.fromkeys(n for t, n, _ in cells if t == task))
+            if not names:
+                continue
+            lines += [f"## {task}: {METRICS[metric]}", "", "| model | " + " | ".join(map(str, lengths)) +
+                      " | perplexity at L |", "|---" * (len(lengths) + 2) + "|"]
+            for name in names:
+                accuracy = [shown(list(cells.get((task, name, length), {}).values()), 1, 100) for length in lengths]
+                lines.append(f"| {name} | " + " | ".join(accuracy) +
+                             f" | {shown(list(perplexity.get(base[name], {}).values()), 2)} |")
+            lines += [f"| chance: {chance} | " + " | ".join(chance.split()[0] for _ in lengths) + " | |", ""]
+    text = ("# Retrieval: accuracy (%), mean over 5 depths, mean ± std over seeds\n\n"
+            "Exact match of the two-word key, then of its first word alone; beside each model, the same "
+            "checkpoints' validation perplexity in blocks of L (nonoverlapping).\n\n" + "\n".join(lines))
     with written_whole(os.path.join(out, "retrieval.md")) as partial, open(partial, "w") as f:
         f.write(text)
-    heatmaps(scored, out)
+    for metric, suffix in (("accuracy", ""), ("first_accuracy", "_first")):
+        heatmaps([r for r in scored if metric in r], out, metric, suffix)
     return text
 
 
-def heatmaps(scored, out):
+def heatmaps(scored, out, metric, suffix):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -370,17 +383,17 @@ def heatmaps(scored, out):
             grid = [[0.0] * len(lengths) for _ in depths]
             for i, depth in enumerate(depths):
                 for j, length in enumerate(lengths):
-                    values = [r["accuracy"] for r in rows if r["depth"] == depth and r["length"] == length and
+                    values = [r[metric] for r in rows if r["depth"] == depth and r["length"] == length and
                               scored_name(r) == name]
                     grid[i][j] = sum(values) / len(values) if values else float("nan")
             axis.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
             axis.set_xticks(range(len(lengths)), [str(x) for x in lengths], fontsize=6)
             axis.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=6)
-            axis.set_title(name, fontsize=7)
+            axis.set_title(f"{name}: {METRICS[metric]}", fontsize=7)
             axis.set_xlabel("tokens", fontsize=6)
         axes[0][0].set_ylabel("depth", fontsize=6)
         figure.tight_layout()
-        path = os.path.join(out, f"retrieval_{task}.png")
+        path = os.path.join(out, f"retrieval_{task}{suffix}.png")
         with written_whole(path) as partial:
             figure.savefig(partial, format="png", dpi=120)
         plt.close(figure)

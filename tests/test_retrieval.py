@@ -148,7 +148,7 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     dictionary = task.source_dictionary
     tests = [json.loads(line) for line in (root / "test.jsonl").read_text().splitlines()]
     for row in (r for r in rows if r["scaling"] == "none" and r["length"] == 40 and r["depth"] in (0.0, 1.0)):
-        correct = 0
+        correct = first = 0
         for t in (t for t in tests if (t["task"], t["length"], t["depth"]) == (row["task"], 40, row["depth"])):
             ids = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]])
             answer = [dictionary.index(w) for w in t["answer"].split()]
@@ -156,7 +156,9 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
                 for _ in answer:
                     ids = torch.cat([ids, model(ids)[0][:, -1:].argmax(-1)], dim=1)
             correct += ids[0, -len(answer):].tolist() == answer
+            first += ids[0, -len(answer)].item() == answer[0]
         assert row["correct"] == correct and row["accuracy"] == correct / row["n"], row
+        assert row["first_correct"] == first and row["first_accuracy"] == first / row["n"], row
     table = (out / "retrieval.md").read_text()
     assert "| ALiBi + ntk |" in table and "chance" in table and all((out / f"retrieval_{t}.png").exists() for t in TASKS)
     perplexity = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
@@ -164,15 +166,22 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     (out / "retrieval.md").unlink()
     run([*command, "--tables"])
     assert (out / "retrieval.md").read_text() == table
+    # Run again: nothing is scored twice, but a row without the first word's count (scored before
+    # it was kept) is scored again, appended, and wins.
+    old = {k: v for k, v in rows[0].items() if not k.startswith("first_")}
+    (out / "retrieval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [old, *rows[1:]]))
     run(command)
-    assert len((out / "retrieval.jsonl").read_text().splitlines()) == len(rows)
+    rescored = [json.loads(line) for line in (out / "retrieval.jsonl").read_text().splitlines()]
+    assert len(rescored) == len(rows) + 1 and {k: v for k, v in rescored[-1].items() if k != "commit"} == {
+        k: v for k, v in rows[0].items() if k != "commit"}
+    rows = [old, *rows[1:], rescored[-1]]
     # Continued in parallel parts with a second seed: seed 1's part finds its rows (nothing scored
     # twice), seed 2's accuracy rows are merged from its part into OUT's retrieval.jsonl.
     seeds = command.index("--seeds")
     run([*command[:seeds + 1], "1", "2", *command[seeds + 2:], "--parallel", "2"])
     merged = [json.loads(line) for line in (out / "retrieval.jsonl").read_text().splitlines()]
     second = str(tmp_path / "checkpoints" / "alibi-L40-s2" / "checkpoint_last.pt")
-    assert merged[:len(rows)] == rows and len(merged) == 2 * len(rows)
+    assert merged[:len(rows)] == rows and len(merged) == len(rows) + len(rescored) - 1
     assert {r["checkpoint"] for r in merged[len(rows):]} == {second}
 
 
@@ -190,22 +199,27 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
     def row(label, seed, length, depth, accuracy, scaling="none", task="passkey"):
         return {"label": label, "model": "m", "seed": seed, "checkpoint": f"{label}-s{seed}.pt", "scaling": scaling,
                 "task": task, "length": length, "depth": depth, "n": 10, "correct": int(10 * accuracy),
-                "accuracy": accuracy}
+                "accuracy": accuracy, "first_correct": 10, "first_accuracy": 1.0}
 
     rows = [row("ALiBi", s, 64, d, 1.0) for s in (1, 2, 3) for d in (0.0, 1.0)]
     rows += [row("ALiBi", s, 256, d, a) for s in (1, 2, 3) for d, a in ((0.0, 0.0), (1.0, 0.1 * s))]
     rows += [row("ALiBi", s, 256, d, 0.9, "ntk") for s in (1, 2, 3) for d in (0.0, 1.0)]
     rows.append(row("ALiBi", 1, 256, 1.0, 0.3))  # a rescoring of seed 1's depth 1.0: it wins
+    del rows[0]["first_accuracy"]  # a row scored before the first word was counted: left out of that scoring only
     found, length = claims.retrieval_cells(rows)
-    assert length == 64 and found[("ALiBi", "passkey", 256)] == pytest.approx({"ALiBi-s1.pt": 15.0, "ALiBi-s2.pt": 10.0,
-                                                                                 "ALiBi-s3.pt": 15.0})
+    assert length == 64 and found[("exact match", "ALiBi", "passkey", 256)] == pytest.approx(
+        {"ALiBi-s1.pt": 15.0, "ALiBi-s2.pt": 10.0, "ALiBi-s3.pt": 15.0})
+    assert found[("first key word", "ALiBi", "passkey", 256)] == pytest.approx({f"ALiBi-s{s}.pt": 100.0 for s in (1, 2, 3)})
+    assert found[("first key word", "ALiBi", "passkey", 64)] == pytest.approx({f"ALiBi-s{s}.pt": 100.0 for s in (1, 2, 3)})
     text = claims.retrieval_table(rows)
-    lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()[2:]}
-    fails = lines["ALiBi fails past L (passkey: L above 4L)"]
+    lines = {line.split(" | ")[0].lstrip("| ") + " / " + line.split(" | ")[1]: line for line in text.splitlines()[2:]}
+    fails = lines["ALiBi fails past L (passkey: L above 4L) / exact match (%)"]
     assert "ALiBi, passkey at 64: 100.00 ± 0.00 (n=3) | ALiBi, passkey at 256: 13.33 ± 2.89 (n=3)" in fails
     assert "paired t" in fails and fails.endswith("| supported |")
-    assert lines["NTK-ALiBi widens ALiBi's field (passkey at 4L)"].endswith("| supported |")
-    assert lines["Rotary + YaRN retrieves further than ALiBi (passkey at 4L)"].endswith("| no verdict (a cell not scored) |")
+    assert lines["NTK-ALiBi widens ALiBi's field (passkey at 4L) / exact match (%)"].endswith("| supported |")
+    assert lines["ALiBi fails past L (passkey: L above 4L) / first key word (%)"].endswith("| not separated |")
+    assert lines["Rotary + YaRN retrieves further than ALiBi (passkey at 4L) / exact match (%)"].endswith(
+        "| no verdict (a cell not scored) |")
     (tmp_path / "results.jsonl").write_text("")
     command = [sys.executable, "scripts/claims.py", str(tmp_path / "results.jsonl"), "--experiment", "retrieval"]
     missing = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
@@ -217,8 +231,9 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
 
 def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accuracy(tmp_path):
     """retrieval.report: accuracy (%) per task and length, averaged over the depths, mean ± std over
-    the seeds; beside it the same checkpoints' validation perplexity in blocks of L (a scaling's row
-    shows its model's), and rows of checkpoints the experiment does not declare are left out."""
+    the seeds, for the whole key and then its first word; beside it the same checkpoints' validation
+    perplexity in blocks of L (a scaling's row shows its model's); rows of checkpoints the experiment
+    does not declare are left out; a heatmap per task and scoring."""
     import json
     import statistics
 
@@ -226,7 +241,8 @@ def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accurac
 
     def scored(seed, length, depth, accuracy, scaling="none", checkpoint=None):
         return {"label": "ALiBi", "model": "m", "seed": seed, "checkpoint": checkpoint or f"a-s{seed}.pt",
-                "scaling": scaling, "task": "passkey", "length": length, "depth": depth, "n": 10, "accuracy": accuracy}
+                "scaling": scaling, "task": "passkey", "length": length, "depth": depth, "n": 10, "accuracy": accuracy,
+                "first_accuracy": min(1.0, 2 * accuracy)}
 
     def perplexity(seed, value, l_valid=64, stride=0, scaling="none"):
         return {"label": "ALiBi", "model": "m", "seed": seed, "checkpoint": f"a-s{seed}.pt", "split": "valid",
@@ -240,8 +256,14 @@ def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accurac
     rows = [perplexity(1, 200.0), perplexity(2, 210.0), perplexity(1, 150.0, l_valid=128), perplexity(1, 190.0, stride=32)]
     text = retrieval.report(rows, str(tmp_path))
     assert text == (tmp_path / "retrieval.md").read_text()
+    exact, first = (text.split("## passkey: " + name)[1].split("##")[0].splitlines() for name in ("exact match", "first key word"))
     at_l = f"{statistics.mean([15.0, 25.0]):.1f} ± {statistics.stdev([15.0, 25.0]):.1f} (n=2)"
+    first_at_l = f"{statistics.mean([30.0, 50.0]):.1f} ± {statistics.stdev([30.0, 50.0]):.1f} (n=2)"
     perplexity_at_l = f"205.00 ± {statistics.stdev([200.0, 210.0]):.2f} (n=2)"
-    assert f"| ALiBi | {at_l} | 0.0 ± 0.0 (n=2) | {perplexity_at_l} |" in text.splitlines()
-    assert f"| ALiBi + ntk | - | 20.0 ± 0.0 (n=2) | {perplexity_at_l} |" in text.splitlines()
-    assert "| model | 64 | 128 | perplexity at L |" in text and "| chance (one key of 10^4) | 0.01 | 0.01 | |" in text
+    assert f"| ALiBi | {at_l} | 0.0 ± 0.0 (n=2) | {perplexity_at_l} |" in exact
+    assert f"| ALiBi + ntk | - | 20.0 ± 0.0 (n=2) | {perplexity_at_l} |" in exact
+    assert f"| ALiBi | {first_at_l} | 0.0 ± 0.0 (n=2) | {perplexity_at_l} |" in first
+    assert f"| ALiBi + ntk | - | 40.0 ± 0.0 (n=2) | {perplexity_at_l} |" in first
+    assert "| model | 64 | 128 | perplexity at L |" in exact and "| chance: 0.01 (one key of 10^4) | 0.01 | 0.01 | |" in exact
+    assert "| chance: 1 (one word of 100) | 1 | 1 | |" in first
+    assert all((tmp_path / f"retrieval_passkey{suffix}.png").exists() for suffix in ("", "_first"))
