@@ -378,8 +378,12 @@ def heatmaps(scored, out, metric, suffix):
         if not names:
             continue
         lengths, depths = sorted({r["length"] for r in rows}), sorted({r["depth"] for r in rows})
-        figure, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.8), squeeze=False)
-        for axis, name in zip(axes[0], names):
+        columns = min(len(names), 5)  # ten models and scalings in two rows, not one strip
+        figure, axes = plt.subplots(-(-len(names) // columns), columns, figsize=(2.6 * columns, 2.8 * -(-len(names) // columns)),
+                                    squeeze=False, layout="constrained")
+        for axis in axes.flat[len(names):]:
+            axis.set_axis_off()
+        for axis, name in zip(axes.flat, names):
             grid = [[0.0] * len(lengths) for _ in depths]
             for i, depth in enumerate(depths):
                 for j, length in enumerate(lengths):
@@ -391,8 +395,9 @@ def heatmaps(scored, out, metric, suffix):
             axis.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=6)
             axis.set_title(f"{name}: {METRICS[metric]}", fontsize=7)
             axis.set_xlabel("tokens", fontsize=6)
-        axes[0][0].set_ylabel("depth", fontsize=6)
-        figure.tight_layout()
+        figure.colorbar(axes.flat[0].images[0], ax=axes, shrink=0.6).set_label("accuracy", fontsize=7)
+        for row in axes:
+            row[0].set_ylabel("depth", fontsize=6)
         path = os.path.join(out, f"retrieval_{task}{suffix}.png")
         with written_whole(path) as partial:
             figure.savefig(partial, format="png", dpi=120)
