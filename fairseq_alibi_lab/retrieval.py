@@ -156,7 +156,7 @@ def group_key(row):
             row["length"], row["depth"])
 
 
-def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengths=None):
+def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengths=None, fields=None):
     """Append to `out` a row per (scaling, task, length, depth) it lacks for this checkpoint: a
     scaling (ALiBi's or rotary's, as scripts/eval.sh applies them, factor length / L) is scored past
     the training length only."""
@@ -207,7 +207,7 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
                 rows.append({"label": label or None, **scored, "scaling": scaling, "task": name, "length": length, "depth": depth, "n": len(group),
                              "correct": correct, "accuracy": correct / len(group), "first_correct": first,
                              "first_accuracy": first / len(group), "commit": provenance.commit(),
-                             "machine": provenance.machine()})
+                             "machine": provenance.machine(), **(fields or {})})
                 print(f"{label or rows[-1]['model']}{'' if scaling == 'none' else ' + ' + scaling}: {name} at {length} "
                       f"tokens, depth {depth:.0%}: {correct}/{len(group)} (first word {first})", flush=True)
             append_lines(out, [json.dumps(r) for r in rows])
@@ -282,7 +282,7 @@ def score_model(runner, model, seed, checkpoint):
     before = os.path.getsize(out) if os.path.exists(out) else 0
     done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "score", checkpoint, runner.data,
                            tests_of(runner.data), out, "--label", model.label, "--scalings", "none", *model.scalings,
-                           "--lengths", *map(str, runner.model_lengths(model))],
+                           "--lengths", *map(str, runner.model_lengths(model)), "--fields", runner.fields],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:
         raise SystemExit((done.stderr.strip().splitlines() or [f"error: scoring {model.label}'s retrieval failed"])[-1])
@@ -423,6 +423,7 @@ def main(argv=None):
     s.add_argument("--scalings", nargs="+", default=["none"],
                    help="none, and ALiBi's or rotary's inference-time scalings (scored past the training length)")
     s.add_argument("--lengths", type=int, nargs="+", help="score only the prompts of these lengths")
+    s.add_argument("--fields", default="{}", help="a JSON object of fields added to each row (the runner's)")
     args = p.parse_args(argv)
     if args.command == "make":
         need = max(map(shortest, TASKS))
@@ -436,7 +437,10 @@ def main(argv=None):
     else:
         if not args.out.endswith(".jsonl"):
             p.error(f"{args.out} must be a .jsonl file (rows are appended to it)")
-        score(args.checkpoint, args.data, args.tests, args.out, args.label, args.scalings, args.lengths)
+        from fairseq_alibi.provenance import row_fields
+
+        fields = row_fields(args.fields)
+        score(args.checkpoint, args.data, args.tests, args.out, args.label, args.scalings, args.lengths, fields)
 
 
 if __name__ == "__main__":

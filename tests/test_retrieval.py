@@ -142,7 +142,8 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     assert sorted((r["scaling"], r["task"], r["length"], r["depth"]) for r in rows) == sorted(
         [("none", t, length, d) for t in TASKS for length in (40, 80) for d in (0.0, 0.25, 0.5, 0.75, 1.0)]
         + [("ntk", t, 80, d) for t in TASKS for d in (0.0, 0.25, 0.5, 0.75, 1.0)])
-    assert all(r["n"] == 2 and r["label"] == "ALiBi" and r["updates"] == 4 for r in rows)
+    assert all(r["n"] == 2 and r["label"] == "ALiBi" and r["updates"] == 4 and r["experiment"] == "retrieval" and
+               r["recipe"] == "small" for r in rows)
     checkpoint = str(tmp_path / "checkpoints" / "alibi-L40-s1" / "checkpoint_last.pt")
     model, _, task = load_checkpoint(checkpoint, str(root / "bin"), kind="causal LM")
     dictionary = task.source_dictionary
@@ -166,23 +167,20 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     (out / "retrieval.md").unlink()
     run([*command, "--tables"])
     assert (out / "retrieval.md").read_text() == table
-    # Run again: nothing is scored twice, but a row without the first word's count (scored before
-    # it was kept) is scored again, appended, and wins.
+    # Continued in parallel parts with a second seed: seed 1's part scores again only a row without
+    # the first word's count (scored before it was kept), appended; seed 2's rows are merged from its
+    # part into OUT's retrieval.jsonl.
     old = {k: v for k, v in rows[0].items() if not k.startswith("first_")}
     (out / "retrieval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [old, *rows[1:]]))
-    run(command)
-    rescored = [json.loads(line) for line in (out / "retrieval.jsonl").read_text().splitlines()]
-    assert len(rescored) == len(rows) + 1 and {k: v for k, v in rescored[-1].items() if k != "commit"} == {
-        k: v for k, v in rows[0].items() if k != "commit"}
-    rows = [old, *rows[1:], rescored[-1]]
-    # Continued in parallel parts with a second seed: seed 1's part finds its rows (nothing scored
-    # twice), seed 2's accuracy rows are merged from its part into OUT's retrieval.jsonl.
     seeds = command.index("--seeds")
     run([*command[:seeds + 1], "1", "2", *command[seeds + 2:], "--parallel", "2"])
     merged = [json.loads(line) for line in (out / "retrieval.jsonl").read_text().splitlines()]
     second = str(tmp_path / "checkpoints" / "alibi-L40-s2" / "checkpoint_last.pt")
-    assert merged[:len(rows)] == rows and len(merged) == len(rows) + len(rescored) - 1
-    assert {r["checkpoint"] for r in merged[len(rows):]} == {second}
+    assert merged[:len(rows)] == [old, *rows[1:]] and len(merged) == 2 * len(rows) + 1
+    again = [r for r in merged[len(rows):] if r["checkpoint"] == checkpoint]
+    assert len(again) == 1 and {k: v for k, v in again[0].items() if k != "commit"} == {
+        k: v for k, v in rows[0].items() if k != "commit"}
+    assert {r["checkpoint"] for r in merged[len(rows):]} == {second, checkpoint}
 
 
 def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
