@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import os
 from fairseq_alibi_lab import results
+from fairseq_alibi_lab.retrieval import METRICS as RETRIEVAL_METRICS
 from fairseq_alibi_lab.results import written_whole
 
 
@@ -186,8 +187,7 @@ STREAMING = (
 # Retrieval past L (retrieval.py's rows: a cell is (model + scaling, task, K), exact match in percent at
 # K x L averaged over the five depths): the field's claims, as issue 47 states them.
 RETRIEVAL_TASKS = ("passkey", "multikey", "kvlookup")
-FIRST_WORD = "first key word"  # the key's first word alone: where a model finds the key but does not copy it whole
-RETRIEVAL_SCORINGS = {EXACT_MATCH: "accuracy", FIRST_WORD: "first_accuracy"}  # a scoring: its retrieval row field
+RETRIEVAL_SCORINGS = {name: field for field, name in RETRIEVAL_METRICS.items()}  # a scoring: its retrieval row field
 RETRIEVAL = tuple(claim for task in RETRIEVAL_TASKS for claim in (
     Claim(f"ALiBi fails past L ({task}: L above 4L)", ("ALiBi", task, 1), ("ALiBi", task, 4), "higher",
           tuple(RETRIEVAL_SCORINGS)),
@@ -305,7 +305,7 @@ def locate_accuracy(cell, scoring):
     return cell, f"{label}, {task} {sizes}"
 
 
-SCORINGS = {"0": "nonoverlapping", EXACT_MATCH: "exact match (%)", FIRST_WORD: "first key word (%)"}
+SCORINGS = {"0": "nonoverlapping", EXACT_MATCH: "exact match (%)", **{name: f"{name} (%)" for name in RETRIEVAL_SCORINGS}}
 
 
 def lines(found, locate, claim):
