@@ -379,7 +379,8 @@ def heatmaps(scored, out, metric, suffix):
             continue
         lengths, depths = sorted({r["length"] for r in rows}), sorted({r["depth"] for r in rows})
         columns = min(len(names), 5)  # ten models and scalings in two rows, not one strip
-        figure, axes = plt.subplots(-(-len(names) // columns), columns, figsize=(2.6 * columns, 2.8 * -(-len(names) // columns)),
+        rows_of_panels = -(-len(names) // columns)
+        figure, axes = plt.subplots(rows_of_panels, columns, figsize=(2.6 * columns, 2.8 * rows_of_panels),
                                     squeeze=False, layout="constrained")
         for axis in axes.flat[len(names):]:
             axis.set_axis_off()
