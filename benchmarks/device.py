@@ -31,13 +31,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Seconds each step may take on an H100 (the call's limit is 9 minutes; the tool's 10).
 OUT_DIR = [""]  # --out, written as OUT/device in the record
 LIMITS = {"comparison": 300, "tests": 200, "backends": 40, "kernels": 60, "table1": 140}
+DATA = "data-bin/wikitext-2"  # carried to the GPU machine (it reaches no download)
 
 
-def steps(out, dry_run):
+def steps(out, dry_run, data=DATA):
     """(name, command, limit in seconds, background) of each step; the dry run's toy sizes on CPU."""
     py = sys.executable
     comparison = [py, "scripts/experiment.py", "scale2", "--out", f"{out}/scale2", "--checkpoints", f"{out}/../checkpoints-scale2",
-                  "--data", "data-bin/wikitext-2"]  # carried to the GPU machine (it reaches no download)
+                  "--data", data]
     if dry_run:
         comparison += ["--models", "alibi", "sinusoidal", "--seeds", "1", "--updates", "2", "--lengths", "16",
                        "--train-flags", "--decoder-layers 1 --decoder-embed-dim 32 --decoder-input-dim 32 "
@@ -106,6 +107,8 @@ def main():
     p.add_argument("--archive", help="default: $OUT/device-results.tar.gz on the device machine, else beside --out")
     p.add_argument("--dry-run", action="store_true", help="toy sizes on CPU: every step runs, in about a minute")
     p.add_argument("--only", nargs="+", choices=list(LIMITS), help="only these steps")
+    p.add_argument("--data", default=DATA, help="the comparison's binarized WikiText-2 (default: %(default)s; "
+                   "the dry run's test gives a slice, whose scoring takes seconds, not minutes)")
     args = p.parse_args()
     out = os.path.abspath(args.out)
     OUT_DIR[0] = out
@@ -116,7 +119,7 @@ def main():
     record = {"command": "python benchmarks/device.py " + shlex.join(sys.argv[1:]), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "machine": machine(), "steps": {}}
     print(json.dumps(record["machine"]), flush=True)
-    planned = [s for s in steps(out, args.dry_run) if not args.only or s[0] in args.only]
+    planned = [s for s in steps(out, args.dry_run, args.data) if not args.only or s[0] in args.only]
     background = [Step(name, command, limit, out) for name, command, limit, bg in planned if bg]
     for name, command, limit, bg in planned:
         if bg:

@@ -1,11 +1,10 @@
 """The benchmark's smallest configuration runs end to end (a smoke test: no timing assertions)."""
-import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO, find_wikitext2, run
+from conftest import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -47,26 +46,24 @@ def test_littlebird_benchmark_smoke_measures_each_encoder_against_dense():
 
 
 @pytest.mark.slow
-def test_the_device_script_runs_every_step_at_toy_sizes(tmp_path):
+def test_the_device_script_runs_every_step_at_toy_sizes(tmp_path, wt2_slice):
     """benchmarks/device.py --dry-run: the GPU call's steps (the scale2 comparison through the runner,
     the GPU tests, the backend check, the kernels against the floor, Table 1) at toy sizes on CPU,
-    so that the script cannot rot between the rare calls that have a GPU."""
+    so that the script cannot rot between the rare calls that have a GPU. The comparison reads a
+    slice of WikiText-2 (the GPU call: data-bin/wikitext-2, carried), whose scoring takes seconds."""
     import json
     import subprocess
     import sys
     import tarfile
 
-    # The GPU machine gets data-bin/wikitext-2 carried; here it is what `make experiment` prepares
-    # (a fresh clone has none).
-    if not os.path.isfile(os.path.join(REPO, "data-bin", "wikitext-2", "dict.txt")):
-        run(["scripts/prepare-wikitext.sh", "2", find_wikitext2()])
-    done = subprocess.run([sys.executable, "benchmarks/device.py", "--dry-run", "--out", str(tmp_path / "device")],
-                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    done = subprocess.run([sys.executable, "benchmarks/device.py", "--dry-run", "--out", str(tmp_path / "device"),
+                           "--data", wt2_slice], capture_output=True, text=True, timeout=900, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     record = json.loads((tmp_path / "device" / "device.json").read_text())
     assert set(record["steps"]) == {"comparison", "tests", "backends", "kernels", "table1"}
     assert all(step["status"] == 0 for step in record["steps"].values())
-    assert "/tmp" not in json.dumps(record["steps"])  # no machine's paths in the provenance
+    steps = json.dumps(record["steps"])
+    assert str(tmp_path / "device") not in steps and REPO not in steps  # the provenance's paths are OUT's and the repository's
     rows = [json.loads(line) for line in (tmp_path / "device" / "scale2" / "results.jsonl").read_text().splitlines()]
     assert {r["label"] for r in rows} >= {"ALiBi", "Sinusoidal", "Unigram (add-one)"}
     assert "| ALiBi 16 |" in (tmp_path / "device" / "scale2" / "table_valid_stride0.md").read_text()  # label and L
