@@ -191,11 +191,11 @@ RETRIEVAL_SCORINGS = {name: field for field, name in RETRIEVAL_METRICS.items()} 
 RETRIEVAL = tuple(claim for task in RETRIEVAL_TASKS for claim in (
     Claim(f"ALiBi fails past L ({task}: L above 4L)", ("ALiBi", task, 1), ("ALiBi", task, 4), "higher",
           tuple(RETRIEVAL_SCORINGS)),
-    Claim(f"NTK-ALiBi widens ALiBi's field ({task} at 4L)", ("ALiBi + ntk", task, 4), ("ALiBi", task, 4), "higher",
+    Claim(f"NTK-ALiBi widens ALiBi's field ({task} at 4L)", ("ALiBi + NTK", task, 4), ("ALiBi", task, 4), "higher",
           tuple(RETRIEVAL_SCORINGS)),
-    Claim(f"Rotary + NTK retrieves further than ALiBi ({task} at 4L)", ("Rotary + ntk", task, 4), ("ALiBi", task, 4),
+    Claim(f"Rotary + NTK retrieves further than ALiBi ({task} at 4L)", ("Rotary + NTK", task, 4), ("ALiBi", task, 4),
           "higher", tuple(RETRIEVAL_SCORINGS)),
-    Claim(f"Rotary + YaRN retrieves further than ALiBi ({task} at 4L)", ("Rotary + yarn", task, 4), ("ALiBi", task, 4),
+    Claim(f"Rotary + YaRN retrieves further than ALiBi ({task} at 4L)", ("Rotary + YaRN", task, 4), ("ALiBi", task, 4),
           "higher", tuple(RETRIEVAL_SCORINGS))))
 EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "trade": TRADE, "documents": DOCUMENTS, "conversion": CONVERSION, "littlebird": LITTLEBIRD,
                      "littlebird-long": LITTLEBIRD_LONG, "mlm": MLM, "synthetic": SYNTHETIC,

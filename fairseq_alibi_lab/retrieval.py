@@ -289,18 +289,16 @@ def score_model(runner, model, seed, checkpoint):
     return (os.path.getsize(out) if os.path.exists(out) else 0) > before
 
 
-def scored_name(row):
-    """A retrieval row's model as tables and claims name it: its label (else its model), + its scaling."""
-    return (row.get("label") or row["model"]) + ("" if row.get("scaling", "none") == "none" else f" + {row['scaling']}")
-
-
 METRICS = {"accuracy": "exact match", "first_accuracy": "first key word"}  # a row's field: what it counts
 
 
 def depth_means(scored, metric="accuracy"):
     """{(task, name, length): {checkpoint: the metric averaged over the depths}} (the last scoring of a
-    depth wins; rows without the metric are left out)."""
-    last = {(r["task"], scored_name(r), r["length"], r["checkpoint"], r["depth"]): r[metric] for r in scored if metric in r}
+    depth wins; rows without the metric are left out); a model is named as in every table (its label,
+    + its scaling: results.method_name)."""
+    from fairseq_alibi_lab.results import method_name
+
+    last = {(r["task"], method_name(r), r["length"], r["checkpoint"], r["depth"]): r[metric] for r in scored if metric in r}
     by_depth = {}
     for (task, name, length, checkpoint, _), accuracy in last.items():
         by_depth.setdefault((task, name, length), {}).setdefault(checkpoint, []).append(accuracy)
@@ -323,15 +321,15 @@ def report(rows, out):
     models' validation perplexity at L (what the mixture costs them as language models); then the
     same for the key's first word alone. And OUT/retrieval_<task>.png (exact match) and
     retrieval_<task>_first.png: accuracy by depth and length, one panel per model, mean over the seeds."""
-    import statistics
-
     from fairseq_alibi.files import read_rows, written_whole
+    from fairseq_alibi_lab.results import mean_std, method_name
 
     def shown(values, digits, scale=1):
         if not values:
             return "-"
-        spread = f" ± {scale * statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
-        return f"{scale * statistics.mean(values):.{digits}f}{spread} (n={len(values)})"
+        mean, std = mean_std(values)
+        spread = f" ± {scale * std:.{digits}f}" if len(values) > 1 else ""
+        return f"{scale * mean:.{digits}f}{spread} (n={len(values)})"
 
     path = os.path.join(out, ROWS)
     checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
@@ -340,7 +338,7 @@ def report(rows, out):
         return None
     lengths = sorted({r["length"] for r in scored})
     perplexity = perplexities(rows)
-    base = {scored_name(r): r.get("label") or r["model"] for r in scored}
+    base = {method_name(r): r.get("label") or r["model"] for r in scored}
     lines = []
     for metric, chance in (("accuracy", "0.01 (one key of 10^4)"), ("first_accuracy", "1 (one word of 100)")):
         cells = depth_means(scored, metric)
@@ -371,10 +369,11 @@ def heatmaps(scored, out, metric, suffix):
     import matplotlib.pyplot as plt
 
     from fairseq_alibi.files import written_whole
+    from fairseq_alibi_lab.results import method_name
 
     for task in TASKS:
         rows = [r for r in scored if r["task"] == task]
-        names = list(dict.fromkeys(map(scored_name, rows)))
+        names = list(dict.fromkeys(map(method_name, rows)))
         if not names:
             continue
         lengths, depths = sorted({r["length"] for r in rows}), sorted({r["depth"] for r in rows})
@@ -389,7 +388,7 @@ def heatmaps(scored, out, metric, suffix):
             for i, depth in enumerate(depths):
                 for j, length in enumerate(lengths):
                     values = [r[metric] for r in rows if r["depth"] == depth and r["length"] == length and
-                              scored_name(r) == name]
+                              method_name(r) == name]
                     grid[i][j] = sum(values) / len(values) if values else float("nan")
             axis.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
             axis.set_xticks(range(len(lengths)), [str(x) for x in lengths], fontsize=6)

@@ -161,7 +161,7 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
         assert row["correct"] == correct and row["accuracy"] == correct / row["n"], row
         assert row["first_correct"] == first and row["first_accuracy"] == first / row["n"], row
     table = (out / "retrieval.md").read_text()
-    assert "| ALiBi + ntk |" in table and "chance" in table and all((out / f"retrieval_{t}.png").exists() for t in TASKS)
+    assert "| ALiBi + NTK |" in table and "chance" in table and all((out / f"retrieval_{t}.png").exists() for t in TASKS)
     perplexity = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
     assert {(r["l_valid"], r["scaling"]) for r in perplexity} == {(40, "none"), (80, "none"), (80, "ntk")}
     (out / "retrieval.md").unlink()
@@ -259,9 +259,9 @@ def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accurac
     first_at_l = f"{statistics.mean([30.0, 50.0]):.1f} ± {statistics.stdev([30.0, 50.0]):.1f} (n=2)"
     perplexity_at_l = f"205.00 ± {statistics.stdev([200.0, 210.0]):.2f} (n=2)"
     assert f"| ALiBi | {at_l} | 0.0 ± 0.0 (n=2) | {perplexity_at_l} |" in exact
-    assert f"| ALiBi + ntk | - | 20.0 ± 0.0 (n=2) | {perplexity_at_l} |" in exact
+    assert f"| ALiBi + NTK | - | 20.0 ± 0.0 (n=2) | {perplexity_at_l} |" in exact
     assert f"| ALiBi | {first_at_l} | 0.0 ± 0.0 (n=2) | {perplexity_at_l} |" in first
-    assert f"| ALiBi + ntk | - | 40.0 ± 0.0 (n=2) | {perplexity_at_l} |" in first
+    assert f"| ALiBi + NTK | - | 40.0 ± 0.0 (n=2) | {perplexity_at_l} |" in first
     assert "| model | 64 | 128 | perplexity at L |" in exact and "| chance: 0.01 (one key of 10^4) | 0.01 | 0.01 | |" in exact
     assert "| chance: 1 (one word of 100) | 1 | 1 | |" in first
     assert all((tmp_path / f"retrieval_passkey{suffix}.png").exists() for suffix in ("", "_first"))
