@@ -523,6 +523,20 @@ class Runner:
         checkpoint = self.checkpoint(model, seed)
         return not os.path.exists(checkpoint) and not any(self.missing(model, checkpoint, self.model_updates(model, seed)).values())
 
+    def orphaned(self, jobs):
+        """The (model, seed) runs of which OUT holds some rows but not all, of a checkpoint that is not
+        here (a fresh machine, the rows kept in git): trained again, each would be another checkpoint
+        file, whose rows cannot join these (files.identity_problem), found only after its training."""
+        found = []
+        for model, seed in jobs:
+            checkpoint = self.checkpoint(model, seed)
+            if model.shared or os.path.exists(checkpoint) or self.scored_elsewhere(model, seed):
+                continue
+            if any(r.get("checkpoint") == checkpoint for name in self.scored_files()
+                   for r in read_rows(os.path.join(self.out, name))):
+                found.append(f"{model.label} seed {seed}")
+        return found
+
     def score(self, label, checkpoint, jobs, flags):
         scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in jobs)] for i in range(3))
         lengths = " ".join(map(str, sorted(lengths)))
@@ -618,6 +632,12 @@ class Runner:
         print(f"== {self.name}: {len(self.models)} models x {len(self.seeds)} seeds, {self.experiment.recipe} recipe, "
               f"{self.updates} updates {scored} -> {self.out}", flush=True)
         try:
+            orphaned = self.orphaned(jobs)
+            if orphaned:
+                raise SystemExit(f"error: {self.out} holds some rows of {', '.join(orphaned)}, scored on checkpoints that are "
+                                 "not on this machine: trained again they would be other checkpoint files, whose rows "
+                                 f"cannot join those. Carry the checkpoints ({self.checkpoints}) here to continue, or "
+                                 "give another --out to run them anew")
             self.floor()
             self.take_shared()
             if self.args.parallel > 1:

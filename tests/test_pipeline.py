@@ -229,6 +229,12 @@ def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slic
     elsewhere = run(command)
     assert elsewhere.count("already scored") == 2 and not checkpoints.exists()
     assert len((out / "results.jsonl").read_text().splitlines()) == len(rows)
+    # A length their rows lack: refused before anything trains (a new checkpoint's rows could not join them).
+    longer = [*command[:command.index("32") + 1], "64", *command[command.index("32") + 1:]]
+    orphaned = subprocess.run([sys.executable, "scripts/experiment.py", "comparison", *map(str, longer[1:])], cwd=REPO,
+                              capture_output=True, text=True)
+    assert orphaned.returncode == 1 and "holds some rows of ALiBi seed 1, ALiBi seed 2" in orphaned.stderr.splitlines()[-1]
+    assert not checkpoints.exists() and len((out / "results.jsonl").read_text().splitlines()) == len(rows)
     # ... but not for other data (the same dictionary, another validation split), nor other training flags.
     other = tmp_path / "other-data"
     shutil.copytree(wt2_slice, other)
@@ -245,9 +251,9 @@ def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slic
     assert arch.returncode == 2 and "--train-flags may not set --arch" in arch.stderr
     provenance = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
     assert [p["event"] for p in provenance] == ["started", "finished"] * 3 + ["started", "failed", "started", "finished"] + [
-        "started", "failed"] * 2
+        "started", "failed"] * 3  # the refused runs: the orphaned rows, other data, other flags
     assert all(p["command"].startswith("python scripts/experiment.py comparison") for p in provenance)
-    assert all(p["started"] == p2["started"] and p2["wall_s"] > 0 for p, p2 in zip(provenance[::2], provenance[1::2]))
+    assert all(p["started"] == p2["started"] and p2["wall_s"] >= 0 for p, p2 in zip(provenance[::2], provenance[1::2]))
 
 
 def test_trade_preset_toy_run(wt2_slice, tmp_path):
