@@ -26,7 +26,8 @@ from fairseq_alibi_lab import recipes
 from fairseq_alibi_lab.gpt2_conversion import run
 from fairseq_alibi_lab.results import cell, mean_std, per_run, read_json_lines
 
-RECOVERY, GENERATION = "recovery.jsonl", "generation.md"
+ROWS = "recovery.jsonl"  # under the runner's OUT: what score_model appends to (the runner merges parallel parts' by it)
+GENERATION = "generation.md"
 # A run's save-directory stem -> its label in recovery.jsonl (the prepared ones by their name).
 CURVES = {"finetune-ce": "ce", "finetune-distill": "distill", "teacher-continued": "continued", "alibi": "scratch"}
 SPARSE = 4  # the from-scratch run before the fine-tuning window: one kept checkpoint in SPARSE scored
@@ -97,7 +98,7 @@ def score_model(runner, model, seed, checkpoint_path):
     continuations if they are due; True if it scored anything."""
     from fairseq_alibi_lab import evaluate  # loads fairseq: here only, not when the runner starts
 
-    out = os.path.join(runner.out, RECOVERY)
+    out = os.path.join(runner.out, ROWS)
     if not model.method:
         scorings = [evaluate.Scoring(checkpoint_path, out, [runner.length], model.start, show=False)]
     elif model.kept_at:  # a checkpoint of another model's run: scored with that run
@@ -149,7 +150,7 @@ def report(rows, out):
     continued after k, ALiBi from scratch after the teacher's updates + k; runs of several seeds as
     mean ± sample std (n)) and recovery.png (their means against updates in all), from
     OUT/recovery.jsonl; nothing until it holds the teacher, the converted model and a fine-tune."""
-    path = os.path.join(out, RECOVERY)
+    path = os.path.join(out, ROWS)
     points = load(path) if os.path.exists(path) else {}
     if not {"teacher", "converted", "ce", "distill", "scratch"} <= set(points):
         return None

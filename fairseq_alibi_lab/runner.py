@@ -98,8 +98,8 @@ class Experiment:
     # A module whose prepare_data(runner) makes and returns the binarized data every model trains and
     # is scored on (default: WikiText-2, or with documents).
     data: str = ""
-    # A module whose score_model(runner, model, seed, checkpoint) scores what its own results lack
-    # beside the perplexity (retrieval accuracy), after each model; its tables come from `report`.
+    # A module whose score_model(runner, model, seed, checkpoint) scores what its own results (OUT/ROWS,
+    # its ROWS) lack beside the perplexity (retrieval accuracy), after each model; its tables come from `report`.
     scorer: str = ""
     # A module whose checkpoint(name, runner, seed, make) gives the path of each Model.start checkpoint
     # (make: and makes it first, resumably, if it is not there).
