@@ -97,7 +97,9 @@ def test_every_committed_row_says_what_it_is():
     """results.ROW_IDENTITY and ROW_TRAINING, for every row of every committed results file."""
     from fairseq_alibi_lab import results
 
-    for folder in REBUILDS:
+    held = {os.path.relpath(folder, REPO) for folder, _, names in os.walk(os.path.join(REPO, "examples"))
+            if "results.jsonl" in names}  # with rows not yet tabulated (a run being redone)
+    for folder in sorted(set(REBUILDS) | held):
         for name in sorted(os.listdir(os.path.join(REPO, folder))):
             if not name.endswith(".jsonl"):
                 continue
