@@ -528,9 +528,9 @@ class Runner:
         here (a fresh machine, the rows kept in git): trained again, each would be another checkpoint
         file, whose rows cannot join these (files.identity_problem), found only after its training."""
         named = {r.get("checkpoint") for name in self.scored_files() for r in read_rows(os.path.join(self.out, name))}
-        return [f"{model.label} seed {seed}" for model, seed in jobs if not model.shared and
-                self.checkpoint(model, seed) in named and not os.path.exists(self.checkpoint(model, seed)) and
-                not self.scored_elsewhere(model, seed)]
+        return [f"{model.label} seed {seed}" for model, seed in jobs if not model.shared
+                for checkpoint in [self.checkpoint(model, seed)]
+                if checkpoint in named and not os.path.exists(checkpoint) and not self.scored_elsewhere(model, seed)]
 
     def score(self, label, checkpoint, jobs, flags):
         scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in jobs)] for i in range(3))
