@@ -52,7 +52,7 @@ TOKENS = 4096  # tokens per training batch (--max-tokens of the CPU recipe)
 
 
 def build(mode, arch, device, dtype, vocab=None):
-    from fairseq_alibi.decoder import SMALL_TWIN_FLAGS
+    from fairseq_alibi.twins import SMALL_TWIN_FLAGS
     from fairseq_alibi.build import build_model
 
     if mode == "sinusoidal":

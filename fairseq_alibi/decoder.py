@@ -184,7 +184,7 @@ def small_architecture(args):
     pre-norm, tied adaptive input/softmax with cutoffs 2000,10000 (sized for WikiText-2's 33k
     words; criterion adaptive_loss). Trains on WikiText-2 in minutes on 2 cores.
 
-    Its sinusoidal twin is stock fairseq: `--arch transformer_lm` plus SMALL_TWIN_FLAGS.
+    Its sinusoidal twin is stock fairseq: twins.SMALL_TWIN_FLAGS.
     """
     args.decoder_layers = getattr(args, "decoder_layers", 4)
     args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 128)
@@ -223,7 +223,7 @@ def gpt2_small_architecture(args):
     """one_matrix_small in GPT-2's layout (no embedding scale; gelu_accurate is GPT-2's gelu_new), the
     one a GPT-2 imported by `fairseq-alibi-import-hf` and given ALiBi (`convert_checkpoint
     --replace-positions`) fine-tunes in. Its learned-positions twin (the GPT-2 itself, continued) is
-    stock fairseq: GPT2_SMALL_TWIN_FLAGS."""
+    stock fairseq: twins.GPT2_SMALL_TWIN_FLAGS."""
     one_matrix_small(args, no_scale_embedding=True)
 
 
@@ -285,21 +285,3 @@ def register_position_lm(method_class):
 
 # Every registered method's models: name -> model class.
 POSITION_LMS = {method: register_position_lm(method_class) for method, method_class in METHODS.items()}
-
-
-# Stock fairseq flags giving the small architecture's dimensions with sinusoidal positions.
-SMALL_TWIN_FLAGS = (
-    "--arch transformer_lm --decoder-layers 4 --decoder-embed-dim 128 --decoder-input-dim 128 "
-    "--decoder-output-dim 128 --decoder-ffn-embed-dim 512 --decoder-attention-heads 8 "
-    "--decoder-normalize-before --adaptive-input --adaptive-input-cutoff 2000,10000 "
-    "--adaptive-softmax-cutoff 2000,10000 --tie-adaptive-weights --tie-adaptive-proj"
-)
-
-# Stock fairseq flags giving gpt2_small_architecture with learned positions (a GPT-2 of the small
-# dimensions as fairseq-alibi-import-hf writes it; n_positions = the training length).
-GPT2_SMALL_TWIN_FLAGS = (
-    "--arch transformer_lm --decoder-layers 4 --decoder-embed-dim 128 --decoder-input-dim 128 "
-    "--decoder-output-dim 128 --decoder-ffn-embed-dim 512 --decoder-attention-heads 8 "
-    "--decoder-normalize-before --decoder-learned-pos --no-scale-embedding "
-    "--share-decoder-input-output-embed --activation-fn gelu_accurate"
-)

@@ -30,7 +30,7 @@ from .bidirectional import VARIANTS
 from .decoder import ATTENTION_KERNEL_HELP, PositionDecoder, check_decoder_args
 from .factory import causal_positions, encoder_positions
 from .kernels import KERNEL_NAMES
-from .methods import TRANSLATION_SMALL_DIMS
+from .twins import TRANSLATION_SMALL_DIMS
 
 
 class AlibiTransformerEncoder(TransformerEncoderBase):

@@ -1,6 +1,5 @@
 """The causal position methods by name and their inference-only flags, read from the registry
-(positions/, no fairseq import), and the encoder-decoder's dimensions: for the shell scripts and
-the experiment runner."""
+(positions/, no fairseq import): for scripts/train.sh and the experiment runner."""
 import dataclasses
 
 from fairseq_alibi.positions import METHODS
@@ -15,10 +14,3 @@ INFERENCE_ONLY = {method: flags for method, flags in INFERENCE_ONLY.items() if f
 # The inference-time scalings (scripts/eval.sh SCALING) of each method that has them: METHOD_scaling's choices.
 SCALINGS = {method: f.metadata["choices"] for method, cls in METHODS.items() for f in dataclasses.fields(cls.Config)
             if f.name == f"{method}_scaling"}
-
-# alibi_transformer_small's dimensions (encoder.py), and the stock fairseq flags that give them
-# with sinusoidal positions: the encoder-decoder twin of the synthetic experiment.
-TRANSLATION_SMALL_DIMS = {"layers": 3, "embed_dim": 128, "ffn_embed_dim": 512, "attention_heads": 8}
-TRANSLATION_TWIN_FLAGS = "--arch transformer " + " ".join(
-    f"--{side}-{name.replace('_', '-')} {value}" for side in ("encoder", "decoder")
-    for name, value in TRANSLATION_SMALL_DIMS.items())

@@ -39,7 +39,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from fairseq_alibi import checkpoints, files, methods, provenance  # noqa: E402  (no fairseq import)
+from fairseq_alibi import checkpoints, files, provenance, twins  # noqa: E402  (no fairseq or torch import)
 from fairseq_alibi_lab import exact_match, recipes, results, synthetic_table  # noqa: E402
 append_lines, read_rows, measurement, stride_of = (
     getattr(files, name) for name in ("append_lines", "read_rows", "measurement", "stride"))
@@ -189,7 +189,7 @@ EXPERIMENTS["synthetic"] = Experiment(
     "sizes up to 20 and scored by exact match (greedy) up to 80: the five encoder ALiBi variants (a causal ALiBi "
     "decoder, cross-attention without positions) against their sinusoidal twin (stock --arch transformer).",
     (*(Model(f"ALiBi {variant}", "alibi_transformer_small", ("--encoder-alibi", variant)) for variant in ENCODER_VARIANTS),
-     Model("Sinusoidal", "transformer", tuple(methods.TRANSLATION_TWIN_FLAGS.split()[2:]))),
+     Model("Sinusoidal", "transformer", tuple(twins.TRANSLATION_TWIN_FLAGS.split()[2:]))),
     recipe="synthetic", multiples=(), strides=())
 
 

@@ -1,16 +1,16 @@
-"""scripts/train.sh's logic: check a training before it starts, then become fairseq-train.
+"""scripts/train.sh's logic: check a training before it starts, then run fairseq-train.
 
     python3 -m fairseq_alibi_lab.train METHOD L DATA SAVE_DIR [PRESET] [-- extra fairseq-train flags]
 
 (scripts/train.sh's header is the user's documentation.) Every check is made before anything is
-written; a refusal is one line. fairseq-train then runs, SAVE_DIR/.train.lock held for its
-lifetime; when it ends, the data's dictionary fingerprint goes into every checkpoint that does not
+written; a refusal is one line. fairseq-train then runs in this process (its entry point, so that
+Python, torch and fairseq start once), SAVE_DIR/.train.lock held for its lifetime; when it ends, the data's dictionary fingerprint goes into every checkpoint that does not
 record it in its config (a stock twin's: fairseq_alibi/dictionaries.py record).
 """
 import fcntl
 import os
-import subprocess
 import sys
+import traceback
 
 from fairseq_alibi import dictionaries, mistakes
 from fairseq_alibi.flags import last_value
@@ -39,7 +39,7 @@ def usage(methods):
 
 def model_flags(method, preset, methods):
     """The flags that choose the model: the method's architecture in the preset, or a stock twin
-    (whose flags decoder.py holds: it imports fairseq, seconds, so only for a twin)."""
+    (twins.py)."""
     plugin = ["--user-dir", os.path.join(REPO, "fairseq_alibi")]
     if preset == "wiki103" and method == "sinusoidal":
         return ["--arch", "transformer_lm_wiki103"]
@@ -51,12 +51,12 @@ def model_flags(method, preset, methods):
         if method == "alibi":
             return [*plugin, "--arch", "alibi_transformer_lm_gpt2_small"]
         if method == "learned":
-            from fairseq_alibi.decoder import GPT2_SMALL_TWIN_FLAGS
+            from fairseq_alibi.twins import GPT2_SMALL_TWIN_FLAGS
             return GPT2_SMALL_TWIN_FLAGS.split()
         fail("the gpt2_small preset is an imported GPT-2 (METHOD learned) and its ALiBi conversion (METHOD alibi): "
              "use one of those")
     if preset == "small" and method == "sinusoidal":
-        from fairseq_alibi.decoder import SMALL_TWIN_FLAGS
+        from fairseq_alibi.twins import SMALL_TWIN_FLAGS
         return SMALL_TWIN_FLAGS.split()
     if preset in ("wiki103", "small"):
         if method not in methods:
@@ -90,6 +90,28 @@ def launcher_flags(node_gpus):
         return int(world), ["--distributed-world-size", os.environ["SLURM_NTASKS"],
                             "--distributed-port", os.environ.get("MASTER_PORT", "29500")]
     return int(world), []
+
+
+def fairseq_train(command, plugin):
+    """fairseq-train COMMAND[1:] through its own entry point, in this process (a second process
+    would start Python, torch and fairseq again: seconds per training); its exit status."""
+    sys.argv = command
+    try:
+        from fairseq_cli import train  # fairseq's logging is set up when this is imported
+
+        if plugin:  # this package was imported before fairseq, so --user-dir finds it imported, unregistered
+            import fairseq_alibi.plugin  # noqa: F401
+        train.cli_main()
+    except SystemExit as e:  # fairseq's and argparse's refusals; the message is printed as it would be
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        return e.code if isinstance(e.code, int) else int(e.code is not None)
+    except KeyboardInterrupt:
+        return 130
+    except Exception:  # fairseq's own error: its traceback, as fairseq-train would show it
+        traceback.print_exc()
+        return 1
+    return 0
 
 
 def main(argv):
@@ -156,7 +178,6 @@ def main(argv):
         except OSError:
             fail(f"another training is running on {save_dir} (it holds {save_dir}/.train.lock): wait for it, or give "
                  "another SAVE_DIR")
-        os.set_inheritable(lock, True)  # fairseq-train holds it too, should this process be killed first
     try:
         state, done = recipes.run_status(save_dir, arch, int(length), int(max_update),
                                          os.environ.get("CONTINUE_RUN") == "1", run_flags)
@@ -185,10 +206,7 @@ def main(argv):
                "--tensorboard-logdir", os.path.join(save_dir, "tensorboard"), *recipe, *precision, *launcher, *extra,
                *schedule, *recorded]
     sys.stdout.flush()
-    try:
-        code = subprocess.call(command)
-    except KeyboardInterrupt:  # Ctrl-C reaches fairseq-train too (one process group): it stops, and we after it
-        code = 130
+    code = fairseq_train(command, plugin="--user-dir" in model)
     if rank == "0":  # what was saved, finished or not, records its dictionary (a stock twin's config cannot)
         problem = dictionaries.record(save_dir, data)
         if problem:

@@ -19,7 +19,7 @@
 # Multi-GPU on one node: just run it (fairseq spawns one process per GPU). Multi-node: run it
 # under SLURM's srun or torchrun, which set SLURM_NTASKS / WORLD_SIZE.
 set -euo pipefail
-# The checks and the command: fairseq_alibi_lab/train.py, which becomes fairseq-train.
+# The checks and the command: fairseq_alibi_lab/train.py, which then runs fairseq-train in its own process.
 case ${1:-} in -h|--help)
   source "$(dirname "$0")/usage.sh"; script_help "$0"; exec python3 -m fairseq_alibi_lab.train --usage ;;
 esac

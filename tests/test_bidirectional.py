@@ -284,7 +284,7 @@ def test_incremental_decoding_with_cross_attention_equals_teacher_forcing(varian
 def test_translation_twin_has_the_same_parameters():
     """Stock --arch transformer with TRANSLATION_TWIN_FLAGS is alibi_transformer_small with
     sinusoidal positions: the same parameters, name for name (the symmetric variant learns none)."""
-    from fairseq_alibi.methods import TRANSLATION_TWIN_FLAGS
+    from fairseq_alibi.twins import TRANSLATION_TWIN_FLAGS
 
     flags = ["--share-all-embeddings", "--left-pad-source"]
     twin, _ = build_model(TRANSLATION_TWIN_FLAGS.split()[1], extra=[*TRANSLATION_TWIN_FLAGS.split()[2:], *flags],

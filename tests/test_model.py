@@ -6,7 +6,7 @@ from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits, naive_attention, naive_model
 from fairseq_alibi.alibi import alibi_slopes
 from fairseq_alibi.base import ConfigError
-from fairseq_alibi.decoder import SMALL_TWIN_FLAGS
+from fairseq_alibi.twins import SMALL_TWIN_FLAGS
 from fairseq_alibi.attention import attention_bias, position_mask
 
 
