@@ -24,7 +24,7 @@ from fairseq_alibi import checkpoints
 from fairseq_alibi.files import written_whole
 from fairseq_alibi_lab import recipes
 from fairseq_alibi_lab.gpt2_conversion import run
-from fairseq_alibi_lab.results import cell, mean_std, per_run, read_json_lines
+from fairseq_alibi_lab.results import cell, mean_std, per_run, pyplot, read_json_lines
 
 ROWS = "recovery.jsonl"  # under the runner's OUT: what score_model appends to (the runner merges parallel parts' by it)
 GENERATION = "generation.md"
@@ -176,11 +176,7 @@ def report(rows, out):
 
 
 def plot(out, teacher, teacher_updates, finetune, continued, scratch):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     xs = sorted(scratch)
     mean = lambda values: mean_std(values)[0]  # noqa: E731

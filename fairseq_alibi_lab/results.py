@@ -18,13 +18,7 @@ import math
 import os
 from collections import defaultdict
 
-import matplotlib
-import matplotlib.ticker
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from fairseq_alibi.files import written_whole  # noqa: E402
+from fairseq_alibi.files import written_whole
 
 
 # Row labels in the paper's order (Tables 2-4), then the methods added since, then the
@@ -229,8 +223,22 @@ def write_csv(path, l_valids, lines):
                         *(len(line[lv]) if lv in line else "" for lv in l_valids)])
 
 
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files, no display), imported when a figure is drawn:
+    the runner's refusals and its work on rows alone do not wait for it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def figure(path, title, lines):
     """Perplexity against L_valid: each label's mean over its seeds, its spread (mean ± std) as a band."""
+    import matplotlib.ticker
+
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
     for (label, train_length), line in lines.items():
         xs = sorted(line)

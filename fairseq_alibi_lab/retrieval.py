@@ -364,12 +364,10 @@ def report(rows, out):
 
 
 def heatmaps(scored, out, metric, suffix):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from fairseq_alibi.files import written_whole
-    from fairseq_alibi_lab.results import method_name
+    from fairseq_alibi_lab.results import method_name, pyplot
+
+    plt = pyplot()
 
     for task in TASKS:
         rows = [r for r in scored if r["task"] == task]

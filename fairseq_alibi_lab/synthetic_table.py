@@ -14,12 +14,7 @@ import argparse
 import os
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from fairseq_alibi_lab.results import mean_std, per_run, read_json_lines, written_whole  # noqa: E402
+from fairseq_alibi_lab.results import mean_std, per_run, pyplot, read_json_lines, written_whole
 
 LEARNED = 90.0  # % exact match in distribution: the bar for "learned the task"
 
@@ -74,6 +69,7 @@ def write_table(rows, out):
 
     if not tasks:  # nothing learned: no figure to draw
         return table
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.6), dpi=100, squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for label in labels:

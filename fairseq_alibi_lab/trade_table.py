@@ -23,7 +23,7 @@ import sys
 
 RESUMED_IF_LONGER = 60  # seconds: calls beyond the longest that trained too
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from fairseq_alibi_lab.results import cell, mean_std, per_run, read_json_lines, written_whole  # noqa: E402  (eval.sh's rows; one line for a bad one)
+from fairseq_alibi_lab.results import cell, mean_std, per_run, pyplot, read_json_lines, written_whole  # noqa: E402  (eval.sh's rows; one line for a bad one)
 from fairseq_alibi_lab.recipes import RUN_FLAGS  # noqa: E402
 
 
@@ -180,11 +180,7 @@ def batch_grid(own_length, records):
 
 
 def figure(path, points, alibi_length, alibi_cost):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     lengths = [p[0] for p in points]
     left.plot(lengths, [p[1] for p in points], "o-", label=f"ALiBi, trained at L={alibi_length}")
