@@ -16,10 +16,22 @@ import math
 import os
 
 import numpy as np
-from fairseq.data import Dictionary, data_utils
+
+from fairseq_alibi import files, provenance  # results rows: read, keyed, appended; no fairseq
 
 LABEL = "Unigram (add-one)"
-from fairseq_alibi import files, provenance  # noqa: E402  (results rows: read, keyed, appended; no fairseq)
+
+
+def load_split(data, split, dictionary=None):
+    """fairseq's dataset of DATA's split (imported here: fairseq takes seconds to start, which a
+    run that finds its rows already there does not wait for), or a one-line refusal."""
+    from fairseq.data import Dictionary, data_utils
+
+    dataset = data_utils.load_indexed_dataset(os.path.join(data, split),
+                                              dictionary or Dictionary.load(os.path.join(data, "dict.txt")))
+    if dataset is None:
+        raise SystemExit(f"error: {data} has no {split} split")
+    return dataset
 
 
 def counts(dictionary, data, split, masked=None):
@@ -27,9 +39,7 @@ def counts(dictionary, data, split, masked=None):
     evaluation mask selects only."""
     import torch
 
-    dataset = data_utils.load_indexed_dataset(os.path.join(data, split), dictionary)
-    if dataset is None:
-        raise SystemExit(f"error: {data} has no {split} split")
+    dataset = load_split(data, split, dictionary)
     stream = torch.cat([dataset[i] for i in range(len(dataset))])
     if masked:
         from fairseq_alibi_lab.eval_mlm import evaluation_mask as mask
@@ -40,6 +50,8 @@ def counts(dictionary, data, split, masked=None):
 def perplexity(data, split, masked=None):
     """(perplexity, tokens scored) of the add-one unigram model trained on DATA's train split;
     masked=(mask_prob, seed): on eval_mlm.py's masked tokens, over the masked LM's dictionary."""
+    from fairseq.data import Dictionary
+
     dictionary = Dictionary.load(os.path.join(data, "dict.txt"))
     train = counts(dictionary, data, "train")
     if masked:
@@ -82,14 +94,6 @@ def main():
     p.add_argument("--seed", type=int, default=1, help="with --masked-lm: the mask's seed, as eval_mlm.py's")
     args = p.parse_args()
     check(args)
-    split = data_utils.load_indexed_dataset(os.path.join(args.data, args.split),
-                                            Dictionary.load(os.path.join(args.data, "dict.txt")))
-    if split is None:
-        raise SystemExit(f"error: {args.data} has no {args.split} split")
-    split_tokens, longest = int(split.sizes.sum()), max(map(int, args.lengths.split()))
-    if longest > split_tokens:  # as eval.sh: no row for a length nothing was scored at
-        raise SystemExit(f"error: L_valid {longest} is longer than the {args.split} split ({split_tokens} tokens): "
-                         f"nothing recorded; use lengths up to {split_tokens}")
     have = {files.row_key(r) for r in files.read_rows(args.out) if r.get("model") == "unigram"}
     wanted = []  # (L_valid, stride, its rule) of the rows OUT lacks; no stride > L_valid (nor in eval.sh)
     for l_valid in map(int, args.lengths.split()):
@@ -100,6 +104,11 @@ def main():
     if not wanted:
         print(f"{LABEL}: {args.out} already holds these rows")
         return
+    split = load_split(args.data, args.split)  # kept while its sizes are read: they are a view of its memory map
+    split_tokens, longest = int(split.sizes.sum()), max(l_valid for l_valid, _, _ in wanted)
+    if longest > split_tokens:  # as eval.sh: no row for a length nothing was scored at
+        raise SystemExit(f"error: L_valid {longest} is longer than the {args.split} split ({split_tokens} tokens): "
+                         f"nothing recorded; use lengths up to {split_tokens}")
     masked = (args.mask_prob, args.seed) if args.masked_lm else None
     ppl, tokens = perplexity(args.data, args.split, masked)
     mask_fields = {"masked_tokens": tokens, "mask_prob": args.mask_prob, "mask_seed": args.seed} if masked else {}
