@@ -147,13 +147,13 @@ def byte_level_files(hf_dir, out_dir):
 def import_gpt2(hf_dir, out_dir, seed=None):
     """hf_dir's GPT2LMHeadModel as a fairseq checkpoint in the new folder out_dir; seed: the seed it
     was trained with, recorded as its training seed (else fairseq's default, 1, stands there)."""
-    from fairseq import options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from omegaconf import OmegaConf
-
     if new_folder_problem(out_dir):
         raise CannotImport(new_folder_problem(out_dir))
     gpt2 = read_gpt2(hf_dir)
+    from fairseq import options, tasks  # after the checks: a refusal does not wait seconds for fairseq
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
     with folder_written_whole(out_dir) as partial:
         words = fairseq_words(hf_dir)
         with open(os.path.join(partial, "dict.txt"), "w") as f:
