@@ -55,16 +55,16 @@ def main(argv=None):
     stop_after = args.stop_after
     del args.stop_after  # not an option of the run: a resumed run may drop it
 
-    from fairseq.data import Dictionary
+    if os.path.isfile(os.path.join(args.out, "provenance.json")):  # written last
+        print(f"{args.out} is already trained: nothing to do")
+        return
+    from fairseq.data import Dictionary  # after that check: fairseq and transformers take seconds to import
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from fairseq_alibi import provenance
     from fairseq_alibi.files import written_whole
     from fairseq_alibi.hf.tokenizer import word_level_tokenizer
 
-    if os.path.isfile(os.path.join(args.out, "provenance.json")):  # written last
-        print(f"{args.out} is already trained: nothing to do")
-        return
     dictionary = Dictionary.load(os.path.join(args.data, "dict.txt"))
     stream = training_stream(args.data, dictionary)
     blocks = stream[: len(stream) // args.length * args.length].view(-1, args.length)
