@@ -403,7 +403,9 @@ def test_lm_eval_on_an_exported_model_gives_fairseq_eval_lms_perplexity(toy_chec
     fairseq = run(["fairseq-alibi-eval-lm", wt2_slice, "--path", toy_checkpoint, "--tokens-per-sample", "32",
                    "--gen-subset", "valid", "--max-tokens", "4096"])
     loss = float(re.search(r"Loss \(base 2\): ([0-9.]+)", fairseq).group(1))
-    assert results["token_perplexity,none"] == pytest.approx(2 ** loss, rel=2e-4)  # fairseq prints 4 decimals of the loss
+    # fairseq prints 4 decimals of the loss (3.5e-5 of the perplexity); the last window's context
+    # differs (above), over the slice's 11.6k validation tokens: 2.1e-4 measured
+    assert results["token_perplexity,none"] == pytest.approx(2 ** loss, rel=4e-4)
     assert results["word_perplexity,none"] > results["token_perplexity,none"]
 
 

@@ -610,8 +610,8 @@ def test_training_writes_tensorboard_logs(toy_checkpoint):
 
 
 def test_experiment_runner_stopped_by_sigterm_leaves_no_trainer_running(wt2_slice, tmp_path):
-    """SIGTERM to scripts/experiment.py stops the fairseq-train it started too (an orphan would go
-    on writing checkpoint_last.pt under a rerun's feet)."""
+    """SIGTERM to scripts/experiment.py stops the training it started too (train.sh's process, which
+    runs fairseq-train: an orphan would go on writing checkpoint_last.pt under a rerun's feet)."""
     save = tmp_path / "checkpoints" / "alibi-L16-s1"
     proc = subprocess.Popen(
         ["python", "scripts/experiment.py", "comparison", "--data", wt2_slice, "--train-length", "16",
@@ -622,15 +622,15 @@ def test_experiment_runner_stopped_by_sigterm_leaves_no_trainer_running(wt2_slic
         if (save / "train.log").exists() and "num_updates" in (save / "train.log").read_text():
             break
         time.sleep(0.2)
-    trainers = subprocess.run(["pgrep", "-f", f"save-dir {save}"], capture_output=True, text=True).stdout.split()
-    assert trainers, "fairseq-train did not start"
+    trainer = ["pgrep", "-f", f"fairseq_alibi_lab.train alibi 16 .* {save} "]  # its command line: METHOD L DATA SAVE_DIR
+    assert subprocess.run(trainer, capture_output=True, text=True).stdout.split(), "the training did not start"
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "stopped: run the same command again" in err
     invocations = [json.loads(line) for line in (tmp_path / "out" / "runs.jsonl").read_text().splitlines()]
     assert [i["event"] for i in invocations] == ["started", "stopped"] and invocations[1]["wall_s"] > 0
     time.sleep(1)
-    assert not subprocess.run(["pgrep", "-f", f"save-dir {save}"], capture_output=True, text=True).stdout.split()
+    assert not subprocess.run(trainer, capture_output=True, text=True).stdout.split()
 
 
 def swapped_dictionary(wt2_slice, tmp_path):
