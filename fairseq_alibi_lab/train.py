@@ -3,12 +3,14 @@
     python3 -m fairseq_alibi_lab.train METHOD L DATA SAVE_DIR [PRESET] [-- extra fairseq-train flags]
 
 (scripts/train.sh's header is the user's documentation.) Every check is made before anything is
-written; a refusal is one line. fairseq-train then runs in this process (its entry point, so that
-Python, torch and fairseq start once), SAVE_DIR/.train.lock held for its lifetime; when it ends, the data's dictionary fingerprint goes into every checkpoint that does not
-record it in its config (a stock twin's: fairseq_alibi/dictionaries.py record).
+written; a refusal is one line. fairseq-train then runs (in this process, unless the job has
+several: fairseq_train), SAVE_DIR/.train.lock held for its lifetime; when it ends, the data's
+dictionary fingerprint goes into every checkpoint that does not record it in its config (a stock
+twin's: fairseq_alibi/dictionaries.py record).
 """
 import fcntl
 import os
+import subprocess
 import sys
 import traceback
 
@@ -92,9 +94,16 @@ def launcher_flags(node_gpus):
     return int(world), []
 
 
-def fairseq_train(command, plugin):
-    """fairseq-train COMMAND[1:] through its own entry point, in this process (a second process
-    would start Python, torch and fairseq again: seconds per training); its exit status."""
+def fairseq_train(command, plugin, world):
+    """fairseq-train COMMAND[1:]'s exit status. One process (CPU, one GPU): fairseq-train's own entry
+    point, in this process (a second would start Python, torch and fairseq again: seconds per
+    training). Several: the fairseq-train command, whose spawned workers import this package after
+    fairseq (here it was imported first, so --user-dir would find it unregistered)."""
+    if world > 1:
+        try:
+            return subprocess.call(command)
+        except KeyboardInterrupt:  # Ctrl-C reaches fairseq-train too (one process group): it stops, and we after it
+            return 130
     sys.argv = command
     try:
         from fairseq_cli import train  # fairseq's logging is set up when this is imported
@@ -178,6 +187,7 @@ def main(argv):
         except OSError:
             fail(f"another training is running on {save_dir} (it holds {save_dir}/.train.lock): wait for it, or give "
                  "another SAVE_DIR")
+        os.set_inheritable(lock, True)  # a fairseq-train process (several GPUs) holds it too, should this one be killed first
     try:
         state, done = recipes.run_status(save_dir, arch, int(length), int(max_update),
                                          os.environ.get("CONTINUE_RUN") == "1", run_flags)
@@ -206,7 +216,7 @@ def main(argv):
                "--tensorboard-logdir", os.path.join(save_dir, "tensorboard"), *recipe, *precision, *launcher, *extra,
                *schedule, *recorded]
     sys.stdout.flush()
-    code = fairseq_train(command, plugin="--user-dir" in model)
+    code = fairseq_train(command, "--user-dir" in model, world)
     if rank == "0":  # what was saved, finished or not, records its dictionary (a stock twin's config cannot)
         problem = dictionaries.record(save_dir, data)
         if problem:
