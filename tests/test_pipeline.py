@@ -72,6 +72,19 @@ def test_eval_loss_does_not_depend_on_batch_size(toy_checkpoint, wt2_slice, l_va
     assert float(one["loss"]) == pytest.approx(float(eight["loss"]), rel=1e-5)
 
 
+def test_scoring_the_output_layer_a_softmax_batch_at_a_time_changes_no_loss(toy_checkpoint, wt2_slice, tmp_path):
+    """scripts/eval.sh computes the log-probabilities SOFTMAX_BATCH positions at a time (evaluate.py):
+    the loss fairseq's eval_lm gives computing each batch's at once, nonoverlapping and sliding."""
+    from fairseq_alibi_lab.evaluate import SOFTMAX_BATCH
+
+    out = tmp_path / "rows.jsonl"
+    run(["scripts/eval.sh", toy_checkpoint, wt2_slice, out, "32", "0 8"])
+    rows = {r["stride"]: r["loss_base2"] for r in map(json.loads, out.read_text().splitlines())}
+    for stride, context in ((0, 0), (8, 24)):
+        whole = evaluate(toy_checkpoint, wt2_slice, 32, context, batch_size=64)  # 2,048 positions a batch
+        assert 64 * 32 > SOFTMAX_BATCH and rows[stride] == pytest.approx(float(whole["loss"]), rel=1e-5)
+
+
 def test_hub_interface_samples_and_scores(toy_checkpoint, wt2_slice):
     import fairseq_alibi.plugin  # noqa: F401
     from fairseq_alibi.decoder import POSITION_LMS
