@@ -235,7 +235,7 @@ EXPERIMENTS["streaming"] = Experiment(
     "Streaming with attention sinks: ALiBi, rotary and the sinusoidal twin trained as in the comparison (L=64), "
     "WikiText-2 valid and test each scored as one stream through a cache of 64 keys (window only, 1 and 4 sink "
     "tokens), valid beside nonoverlapping blocks at L, a sliding window of stride L/2 and fairseq-eval-lm's exact "
-    "sliding window (stride 1: 32 times the sliding window's cost, about 15 minutes a model on a 2-core CPU, two at once).",
+    "sliding window (stride 1: 32 times the sliding window's cost, 15-30 minutes a model on a 2-core CPU, two at once).",
     (Model("ALiBi", "alibi"), Model("Rotary", "rotary"), SINUSOIDAL), multiples=(1,), strides=("0", "/2", "1"),
     scorer="fairseq_alibi_lab.stream_eval", report="fairseq_alibi_lab.stream_eval")
 
