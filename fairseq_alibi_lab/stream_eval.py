@@ -9,8 +9,9 @@ split's binarized lines as one stream (each line ends in </s>; the first token i
 </s>, as fairseq-eval-lm conditions it), fed CHUNK tokens at a time (default: the window) through
 model.sink_cache(S, CACHE - S) for each S: the first S tokens and the last CACHE - S, every position
 inside the cache, so no position exceeds CACHE - 1 (CACHE = the training length keeps the model in
-the positions it trained on). With S = 0 and a relative method this is the sliding-window
-recomputation (scripts/eval.sh STRIDE 1 at L_valid = CACHE) computed once per token. One JSON line
+the positions it trained on). With S = 0, a relative method and one layer this is the sliding-window
+recomputation (scripts/eval.sh STRIDE 1 at L_valid = CACHE); with more layers a cached token keeps
+the states it had when it came in, which the recomputation rebuilds per window. One JSON line
 per S is appended to OUT: perplexity, tokens, tokens/s, the cache, the keys held at most, provenance.
 """
 import argparse
