@@ -1,0 +1,101 @@
+"""Perplexity by position in the window: every token of a split predicted once at each position.
+
+    python scripts/by_position.py CHECKPOINT DATA --length L [--split valid] [--limit TOKENS]
+                                  [--batch N] [--out OUT.jsonl]
+
+Blocks of L tokens start at each of the L offsets 0..L-1, so each token is predicted at every
+position p, from the p tokens before it in its block; the tokens averaged are the same at every
+position (those with L - 1 tokens before them and L after, in the split read as one stream as
+stream_eval.py reads it). Position L-1 is what fairseq-eval-lm's exact sliding window (stride 1)
+scores, the mean over positions L/2..L-1 what stride L/2 scores, the mean over all positions what
+nonoverlapping blocks score: the three scorings of the results tables, taken apart by position. It
+costs L passes over the split in blocks. Prints the perplexity at each position; with --out, one
+JSON row (per-position perplexities, tokens, provenance) is appended to OUT.
+"""
+import argparse
+import json
+import math
+import time
+
+
+def loss_by_position(model, inputs, targets, length, batch=16):
+    """(mean natural-log loss at each position 0..length-1, the tokens averaged): model (fairseq's
+    causal LM, eval mode) predicts targets[t] from inputs[..t] (inputs are targets shifted by one);
+    the tokens t with length - 1 <= t <= len - length, each once per position."""
+    import torch
+
+    n = len(targets)
+    first, last = length - 1, n - length
+    if last < first:
+        raise ValueError(f"{n} tokens are too few for positions 0..{length - 1}: at least {2 * length - 1} are needed")
+    total = torch.zeros(length, dtype=torch.float64)
+    with torch.no_grad():
+        for offset in range(length):
+            blocks = (n - offset) // length
+            x = inputs[offset:offset + blocks * length].view(blocks, length)
+            y = targets[offset:offset + blocks * length].view(blocks, length)
+            t = offset + torch.arange(blocks * length).view(blocks, length)  # each target's index
+            kept = (t >= first) & (t <= last)
+            for b in range(0, blocks, batch):
+                out = model(x[b:b + batch])
+                logp = model.get_normalized_probs(out, log_probs=True).float()
+                nll = -logp.gather(-1, y[b:b + batch, :, None]).squeeze(-1)
+                total += (nll * kept[b:b + batch]).sum(0).double()
+    return total / (last - first + 1), last - first + 1
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint")
+    p.add_argument("data", help="the binarized data directory (its dict.txt is the checkpoint's)")
+    p.add_argument("--length", type=int, required=True, help="the window L (e.g. the training length)")
+    p.add_argument("--split", default="valid")
+    p.add_argument("--limit", type=int, help="only the split's first LIMIT tokens")
+    p.add_argument("--batch", type=int, default=16, help="blocks per forward; memory grows with it")
+    p.add_argument("--out", help="a JSON-lines file the row is appended to")
+    args = p.parse_args(argv)
+    for name in ("length", "limit", "batch"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            p.error(f"--{name} must be a positive whole number, got {value}")
+    if args.limit is not None and args.limit < 2 * args.length - 1:
+        p.error(f"--limit {args.limit}: at least 2 x --length - 1 = {2 * args.length - 1} tokens are needed")
+    if args.out and not args.out.endswith(".jsonl"):
+        p.error(f"{args.out} must be a .jsonl file (rows are appended to it)")
+
+    from fairseq_alibi import provenance
+    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.checkpoints import identity, read_state
+    from fairseq_alibi.files import append_lines
+    from fairseq_alibi_lab.stream_eval import stream_tokens
+
+    if args.out:
+        from fairseq_alibi.files import require_appendable
+        require_appendable(args.out)
+    model, _, task = load_checkpoint(args.checkpoint, args.data, kind="causal LM")
+    inputs, targets = stream_tokens(args.data, args.split, task.source_dictionary, args.limit)
+    if len(targets) < 2 * args.length - 1:
+        raise SystemExit(f"error: the {args.split} split has {len(targets)} tokens: too few for --length {args.length}")
+    started = time.perf_counter()
+    loss, tokens = loss_by_position(model, inputs, targets, args.length, args.batch)
+    wall = time.perf_counter() - started
+    by_position = [math.exp(v) for v in loss.tolist()]
+    half = args.length // 2
+    summary = {"blocks": math.exp(loss.mean().item()), "stride_half": math.exp(loss[half:].mean().item()),
+               "stride_1": by_position[-1]}
+    print(f"{args.checkpoint}: {args.split}, {tokens} tokens at each of {args.length} positions; perplexity in "
+          f"blocks {summary['blocks']:.2f}, positions {half}-{args.length - 1} {summary['stride_half']:.2f}, "
+          f"position {args.length - 1} {summary['stride_1']:.2f}")
+    for start in range(0, args.length, 16):
+        print(f"  positions {start:>4}-{min(start + 15, args.length - 1):<4} "
+              + " ".join(f"{v:.1f}" for v in by_position[start:start + 16]))
+    if args.out:
+        row = {**identity(args.checkpoint, read_state(args.checkpoint)), "split": args.split, "length": args.length,
+               "tokens": tokens, **{f"perplexity_{k}": v for k, v in summary.items()},
+               "perplexity_by_position": by_position, "wall_s": round(wall, 2),
+               "commit": provenance.commit(), "machine": provenance.machine()}
+        append_lines(args.out, [json.dumps(row)])
+
+
+if __name__ == "__main__":
+    main()
