@@ -1,7 +1,7 @@
 """Perplexity by position in the window: every token of a split predicted once at each position.
 
     python scripts/by_position.py CHECKPOINT DATA --length L [--split valid] [--limit TOKENS]
-                                  [--batch N] [--out OUT.jsonl]
+                                  [--batch N] [--out OUT.jsonl] [--label NAME] [--fields JSON]
 
 Blocks of L tokens start at each of the L offsets 0..L-1, so each token is predicted at every
 position p, from the p tokens before it in its block; the tokens averaged are the same at every
@@ -10,11 +10,13 @@ stream_eval.py reads it). Position L-1 is what fairseq-eval-lm's exact sliding w
 scores, the mean over positions L/2..L-1 what stride L/2 scores, the mean over all positions what
 nonoverlapping blocks score: the three scorings of the results tables, taken apart by position. It
 costs L passes over the split in blocks. Prints the perplexity at each position; with --out, one
-JSON row (per-position perplexities, tokens, provenance) is appended to OUT.
+JSON row (per-position perplexities, tokens, the command, provenance) is appended to OUT.
 """
 import argparse
 import json
 import math
+import shlex
+import sys
 import time
 
 
@@ -53,6 +55,8 @@ def main(argv=None):
     p.add_argument("--limit", type=int, help="only the split's first LIMIT tokens")
     p.add_argument("--batch", type=int, default=16, help="blocks per forward; memory grows with it")
     p.add_argument("--out", help="a JSON-lines file the row is appended to")
+    p.add_argument("--label", default="", help="the row's name (default: the model's architecture)")
+    p.add_argument("--fields", default="{}", help="a JSON object of fields added to the row (e.g. its experiment)")
     args = p.parse_args(argv)
     for name in ("length", "limit", "batch"):
         value = getattr(args, name)
@@ -69,6 +73,7 @@ def main(argv=None):
     from fairseq_alibi.files import append_lines
     from fairseq_alibi_lab.stream_eval import stream_tokens
 
+    fields = provenance.row_fields(args.fields)
     if args.out:
         from fairseq_alibi.files import require_appendable
         require_appendable(args.out)
@@ -90,10 +95,12 @@ def main(argv=None):
         print(f"  positions {start:>4}-{min(start + 15, args.length - 1):<4} "
               + " ".join(f"{v:.1f}" for v in by_position[start:start + 16]))
     if args.out:
-        row = {**identity(args.checkpoint, read_state(args.checkpoint)), "split": args.split, "length": args.length,
+        checkpoint = identity(args.checkpoint, read_state(args.checkpoint))
+        row = {"label": args.label or checkpoint["model"], **checkpoint, "split": args.split, "length": args.length,
                "tokens": tokens, **{f"perplexity_{k}": v for k, v in summary.items()},
                "perplexity_by_position": by_position, "wall_s": round(wall, 2),
-               "commit": provenance.commit(), "machine": provenance.machine()}
+               "command": "python scripts/by_position.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+               "commit": provenance.commit(), "machine": provenance.machine(), **fields}
         append_lines(args.out, [json.dumps(row)])
 
 

@@ -54,7 +54,7 @@ def test_the_script_prints_and_appends_the_positions(toy_checkpoint, wt2_slice, 
 
     out = tmp_path / "positions.jsonl"
     printed = run([sys.executable, "scripts/by_position.py", toy_checkpoint, wt2_slice, "--length", "16",
-                   "--limit", "200", "--out", str(out)])
+                   "--limit", "200", "--out", str(out), "--label", "toy", "--fields", '{"experiment": "toy", "recipe": "tiny"}'])
     assert "170 tokens at each of 16 positions" in printed and "positions    0-15" in printed
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     model, _, task = load_checkpoint(toy_checkpoint, wt2_slice, kind="causal LM")
@@ -62,7 +62,9 @@ def test_the_script_prints_and_appends_the_positions(toy_checkpoint, wt2_slice, 
     loss, _ = loss_by_position(model, inputs, targets, 16)
     assert row["perplexity_by_position"] == pytest.approx([math.exp(v) for v in loss.tolist()], rel=1e-6)
     assert row["perplexity_stride_1"] == row["perplexity_by_position"][-1] and row["tokens"] == 170
-    assert row["train_length"] == 32 and row["commit"] and row["machine"]
+    assert row["train_length"] == 32 and row["label"] == "toy" and row["command"].startswith("python scripts/by_position.py ")
+    from fairseq_alibi_lab.results import identity_missing
+    assert identity_missing(row) == []  # what every committed row must say (tests/test_rebuild.py)
     refused = subprocess.run([sys.executable, "scripts/by_position.py", toy_checkpoint, wt2_slice, "--length", "16",
                               "--limit", "20"], cwd=REPO, capture_output=True, text=True)
     assert refused.returncode == 2 and "at least 2 x --length - 1 = 31 tokens" in refused.stderr.splitlines()[-1]
