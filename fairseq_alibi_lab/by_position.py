@@ -58,10 +58,9 @@ def main(argv=None):
     p.add_argument("--label", default="", help="the row's name (default: the model's architecture)")
     p.add_argument("--fields", default="{}", help="a JSON object of fields added to the row (e.g. its experiment)")
     args = p.parse_args(argv)
-    for name in ("length", "limit", "batch"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            p.error(f"--{name} must be a positive whole number, got {value}")
+    from fairseq_alibi_lab.stream_eval import refuse_below_one, stream_tokens
+
+    refuse_below_one(p, args, ("length", "limit", "batch"))
     if args.limit is not None and args.limit < 2 * args.length - 1:
         p.error(f"--limit {args.limit}: at least 2 x --length - 1 = {2 * args.length - 1} tokens are needed")
     if args.out and not args.out.endswith(".jsonl"):
@@ -71,7 +70,6 @@ def main(argv=None):
     from fairseq_alibi.build import load_checkpoint
     from fairseq_alibi.checkpoints import identity, read_state
     from fairseq_alibi.files import append_lines
-    from fairseq_alibi_lab.stream_eval import stream_tokens
 
     fields = provenance.row_fields(args.fields)
     if args.out:

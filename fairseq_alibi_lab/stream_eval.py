@@ -51,6 +51,14 @@ def stream_score(model, inputs, targets, sinks, window, chunk):
     return loss, held
 
 
+def refuse_below_one(parser, args, names):
+    """One line for the first of the options `names` given below 1 (these scripts' counts)."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name} must be a positive whole number, got {value}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint")
@@ -64,10 +72,7 @@ def main(argv=None):
     p.add_argument("--label", default="", help="the row's name in tables (default: the method)")
     p.add_argument("--fields", default="{}", help="a JSON object of fields added to each row (the runner's)")
     args = p.parse_args(argv)
-    for name in ("cache", "chunk", "limit"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            p.error(f"--{name} must be a positive whole number, got {value}")
+    refuse_below_one(p, args, ("cache", "chunk", "limit"))
     for sinks in args.sinks:
         if not 0 <= sinks < args.cache:
             p.error(f"--sinks {sinks}: each must be at least 0 and below --cache {args.cache} (the window needs a slot)")
