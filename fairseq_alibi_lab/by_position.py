@@ -58,6 +58,7 @@ def main(argv=None):
     p.add_argument("--label", default="", help="the row's name (default: the model's architecture)")
     p.add_argument("--fields", default="{}", help="a JSON object of fields added to the row (e.g. its experiment)")
     args = p.parse_args(argv)
+
     from fairseq_alibi_lab.stream_eval import refuse_below_one, stream_tokens
 
     refuse_below_one(p, args, ("length", "limit", "batch"))
@@ -69,11 +70,10 @@ def main(argv=None):
     from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint
     from fairseq_alibi.checkpoints import identity, read_state
-    from fairseq_alibi.files import append_lines
+    from fairseq_alibi.files import append_lines, require_appendable
 
     fields = provenance.row_fields(args.fields)
     if args.out:
-        from fairseq_alibi.files import require_appendable
         require_appendable(args.out)
     model, _, task = load_checkpoint(args.checkpoint, args.data, kind="causal LM")
     inputs, targets = stream_tokens(args.data, args.split, task.source_dictionary, args.limit)
