@@ -77,10 +77,11 @@ def main(argv=None):
         require_appendable(args.out)
     model, _, task = load_checkpoint(args.checkpoint, args.data, kind="causal LM")
     inputs, targets = stream_tokens(args.data, args.split, task.source_dictionary, args.limit)
-    if len(targets) < 2 * args.length - 1:
-        raise SystemExit(f"error: the {args.split} split has {len(targets)} tokens: too few for --length {args.length}")
     started = time.perf_counter()
-    loss, tokens = loss_by_position(model, inputs, targets, args.length, args.batch)
+    try:
+        loss, tokens = loss_by_position(model, inputs, targets, args.length, args.batch)
+    except ValueError as e:  # the split itself is shorter than --limit asked for
+        raise SystemExit(f"error: the {args.split} split: {e}")
     wall = time.perf_counter() - started
     by_position = [math.exp(v) for v in loss.tolist()]
     half = args.length // 2

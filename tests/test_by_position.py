@@ -68,3 +68,7 @@ def test_the_script_prints_and_appends_the_positions(toy_checkpoint, wt2_slice, 
     refused = subprocess.run([sys.executable, "scripts/by_position.py", toy_checkpoint, wt2_slice, "--length", "16",
                               "--limit", "20"], cwd=REPO, capture_output=True, text=True)
     assert refused.returncode == 2 and "at least 2 x --length - 1 = 31 tokens" in refused.stderr.splitlines()[-1]
+    short = subprocess.run([sys.executable, "scripts/by_position.py", toy_checkpoint, wt2_slice, "--length", "8000"],
+                           cwd=REPO, capture_output=True, text=True)  # the split itself is too short: one line
+    assert short.returncode == 1 and short.stderr.splitlines()[-1].startswith("error: the valid split: ")
+    assert "at least 15999 are needed" in short.stderr.splitlines()[-1] and "Traceback" not in short.stderr
