@@ -55,6 +55,8 @@ def folder_written_whole(out_dir):
 def append_problem(path):
     """None if result lines could be appended to path, else why not; creates nothing (a refused
     run leaves no empty OUT behind). A disk that fills later is append_lines' to report."""
+    if not path.endswith(".jsonl"):  # rows are JSON lines: a .txt or .csv OUT is a mistaken argument
+        return f"{path} is not a .jsonl file, where result rows are appended"
     if os.path.isdir(path):
         return f"{path} is a directory"
     if os.path.exists(path):

@@ -64,8 +64,6 @@ def main(argv=None):
     refuse_below_one(p, args, ("length", "limit", "batch"))
     if args.limit is not None and args.limit < 2 * args.length - 1:
         p.error(f"--limit {args.limit}: at least 2 x --length - 1 = {2 * args.length - 1} tokens are needed")
-    if args.out and not args.out.endswith(".jsonl"):
-        p.error(f"{args.out} must be a .jsonl file (rows are appended to it)")
 
     from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint

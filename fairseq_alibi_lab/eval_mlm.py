@@ -56,8 +56,6 @@ def main():
         fail(f"--lengths must be integers of at least 2 (<s> and one token), got '{args.lengths}'")
     if not 0 < args.mask_prob < 1:
         fail(f"--mask-prob must be between 0 and 1, got {args.mask_prob}")
-    if not args.out.endswith(".jsonl"):
-        fail(f"OUT ({args.out}) must be a .jsonl file, where results are appended")
     if not os.path.isfile(args.checkpoint):
         fail(f"no checkpoint at {args.checkpoint}")
     if not os.path.isfile(os.path.join(args.data, f"{args.split}.idx")):

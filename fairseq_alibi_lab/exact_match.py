@@ -30,8 +30,6 @@ def main():
     for path in (args.checkpoint, args.buckets):
         if not os.path.isfile(path):
             raise SystemExit(f"error: no file {path}")
-    if not args.out.endswith(".jsonl"):
-        raise SystemExit(f"error: OUT ({args.out}) must be a .jsonl file, where results are appended")
     from fairseq_alibi.files import append_lines, read_rows, require_appendable
 
     require_appendable(args.out)

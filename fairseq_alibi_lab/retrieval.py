@@ -433,10 +433,10 @@ def main(argv=None):
             p.error(f"--examples must be at least 1, got {args.examples}")
         make(args.out, args.source, args.length, args.fraction, args.seed, args.examples)
     else:
-        if not args.out.endswith(".jsonl"):
-            p.error(f"{args.out} must be a .jsonl file (rows are appended to it)")
+        from fairseq_alibi.files import require_appendable
         from fairseq_alibi.provenance import row_fields
 
+        require_appendable(args.out)
         fields = row_fields(args.fields)
         score(args.checkpoint, args.data, args.tests, args.out, args.label, args.scalings, args.lengths, fields)
 

@@ -76,15 +76,15 @@ def main(argv=None):
     for sinks in args.sinks:
         if not 0 <= sinks < args.cache:
             p.error(f"--sinks {sinks}: each must be at least 0 and below --cache {args.cache} (the window needs a slot)")
-    if not args.out.endswith(".jsonl"):
-        p.error(f"{args.out} must be a .jsonl file (rows are appended to it)")
+    from fairseq_alibi.files import append_lines, require_appendable
+
+    require_appendable(args.out)
 
     import torch
 
     from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint
     from fairseq_alibi.checkpoints import identity, read_state
-    from fairseq_alibi.files import append_lines
     from fairseq_alibi.hf.export import hf_model_of
 
     fields = provenance.row_fields(args.fields)

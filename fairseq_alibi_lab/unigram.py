@@ -68,8 +68,6 @@ def check(args):
     if not os.path.isfile(os.path.join(args.data, "dict.txt")):
         raise SystemExit(f"error: {args.data} has no dict.txt: DATA is a binarized data directory "
                          "(scripts/prepare-wikitext.sh)")
-    if not args.out.endswith(".jsonl"):
-        raise SystemExit(f"error: OUT ({args.out}) must be a .jsonl file, where results are appended")
     if not args.lengths.split() or not all(x.isdigit() and int(x) > 0 for x in args.lengths.split()):
         raise SystemExit(f"error: --lengths must be positive integers, e.g. \"64 128\", got '{args.lengths}'")
     for rule in args.strides.split():

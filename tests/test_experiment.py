@@ -470,6 +470,21 @@ def test_a_write_that_fails_leaves_the_previous_file_and_no_partial_one(tmp_path
     assert target.read_text() == "the new table\n" and os.listdir(tmp_path) == ["table.md"]
 
 
+def test_append_problem_names_each_out_it_refuses_and_creates_nothing(tmp_path):
+    """The one check of every tool's OUT: a .jsonl file it may create or append to."""
+    (tmp_path / "d.jsonl").mkdir()
+    (tmp_path / "ro.jsonl").write_text("")
+    (tmp_path / "ro.jsonl").chmod(0o444)
+    assert files.append_problem(str(tmp_path / "new" / "rows.jsonl")) is None  # its directory is made on append
+    assert files.append_problem(str(tmp_path / "rows.txt")) == f"{tmp_path}/rows.txt is not a .jsonl file, where result rows are appended"
+    assert files.append_problem(str(tmp_path / "d.jsonl")) == f"{tmp_path}/d.jsonl is a directory"
+    if os.geteuid() != 0:  # root may write anything
+        assert files.append_problem(str(tmp_path / "ro.jsonl")) == f"{tmp_path}/ro.jsonl is read-only"
+    with pytest.raises(SystemExit, match=r"^error: cannot append to .*rows.txt \(.*\): give another OUT$"):
+        files.require_appendable(str(tmp_path / "rows.txt"))
+    assert sorted(os.listdir(tmp_path)) == ["d.jsonl", "ro.jsonl"]
+
+
 def test_a_row_appended_after_a_cut_line_stays_whole(tmp_path):
     """An interrupted append leaves a line without its end: the next rows begin on a line of their
     own (read back whole), the cut line stays as it was and is skipped."""
