@@ -118,3 +118,26 @@ def test_tables_name_the_rows_they_leave_out(tmp_path):
     assert shown.returncode == 0 and shown.stdout.splitlines()[0] == (
         "left out of the tables: 19 rows: 19 of checkpoints main does not declare here (another --checkpoints?), "
         "e.g. checkpoints/main/alibi-L64-s1/checkpoint_last.pt")
+
+
+def test_readme_results_quote_the_folders_they_link():
+    """Each bullet of README.md's Results: every decimal it quotes (a perplexity, a mean ± std, a
+    ratio) is written in a text file of the results folders it links, so a number left stale by a
+    rerun fails here. Whole percentages (the retrieval and synthetic accuracies) are not checked."""
+    import re
+
+    with open(os.path.join(REPO, "README.md")) as f:
+        readme = f.read()
+    results = readme[readme.index("\n## Results"):readme.index("\n## Tests")]
+    bullets = re.split(r"\n- ", results)[1:]
+    assert len(bullets) >= 10, "README.md's Results section is a list of one bullet per results folder"
+    stale = []
+    for bullet in bullets:
+        folders = {os.path.dirname(link) for link in re.findall(r"\]\(([^)]+)\)", bullet)
+                   if link.startswith(("examples/", "benchmarks/"))}
+        assert folders, f"a Results bullet links no results folder: {bullet[:60]}"
+        written = "".join(open(os.path.join(REPO, folder, name)).read() for folder in folders
+                          for name in os.listdir(os.path.join(REPO, folder)) if name.endswith((".md", ".csv")))
+        stale += [f"{number} ({bullet[:40]}...)" for number in re.findall(r"(?<![\d.])\d+\.\d+(?!\d)", bullet)
+                  if number not in written]
+    assert not stale, "README.md quotes numbers its results folders do not hold: " + "; ".join(stale)
