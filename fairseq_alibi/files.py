@@ -124,6 +124,15 @@ def read_rows(path):
     return rows
 
 
+def stride_problem(rule):
+    """None if rule is a stride rule (stride()), else the one line that says what one is."""
+    if rule.isdigit() or (rule.startswith("/") and rule[1:].isdigit() and int(rule[1:]) > 0):
+        return None
+    if rule == "/0":
+        return "stride /0: /K slides by L_valid / K, K a positive integer"
+    return f"stride must be 0, a positive integer or /K (L_valid / K), got '{rule}'"
+
+
 def stride(rule, l_valid):
     """A stride rule as scripts/eval.sh takes it ("0": nonoverlapping, "S": S tokens, "/K": L_valid/K)
     at L_valid: (the stride in tokens, the rule as results rows name it, "L_valid/K" for "/K")."""

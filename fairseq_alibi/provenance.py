@@ -10,9 +10,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def row_fields(text, name="--fields"):
     """The fields a caller adds to every result row (the experiment runner's experiment and recipe):
-    a JSON object, else exit with one line naming `name`.
-
-        python3 fairseq_alibi/provenance.py row-fields NAME TEXT   (scripts/eval.sh's check)"""
+    a JSON object, else exit with one line naming `name`."""
     import json
 
     try:
@@ -71,9 +69,3 @@ def machine(device="cpu"):
         return sys.modules["torch"].cuda.get_device_name()
     gpus = gpu_names()
     return f"{cpu_name()}, {os.cpu_count()} cores" + (f", {len(gpus)} x {gpus[0]}" if gpus else "")
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "row-fields":
-        sys.exit("usage: python3 fairseq_alibi/provenance.py row-fields NAME TEXT")
-    row_fields(sys.argv[3], sys.argv[2])

@@ -1,15 +1,14 @@
-"""scripts/eval.sh's worker: check a checkpoint, then score it at every (L_valid, stride, scaling)
-in one process.
+"""scripts/eval.sh's worker (its header is the usage): check the arguments and a checkpoint, then
+score it at every (L_valid, stride, scaling) in one process.
 
-    python3 scripts/evaluate.py CHECKPOINT DATA OUT.jsonl SPLIT LABEL "L_VALID..." "STRIDE..." \
-        "SCALING..." SCALING_FACTOR USER_OVERRIDES [-- fairseq-eval-lm flags]
+    python3 scripts/evaluate.py CHECKPOINT DATA OUT.jsonl "L_VALID..." ["STRIDE..."] [-- fairseq-eval-lm flags]
+    (the environment's SPLIT, LABEL, SCALING, SCALING_FACTOR and ROW_FIELDS as eval.sh takes them)
 
-eval.sh has checked the form of the lengths, strides ("0", "S" or "/K") and factor ("" for the
-default). Before fairseq is imported, this reads what was trained from the checkpoint's own config
-(model, training length, updates, seed) and refuses, in one line, what cannot be scored: another
-dictionary, another kind of checkpoint, a fork checkpoint, a scaling the model does not take,
-USER_OVERRIDES (a Python dict, merged into each evaluation's overrides, winning) naming a field the
-config lacks, an OUT it cannot append to. Each evaluation is fairseq-eval-lm's own
+Before fairseq is imported, this checks the arguments (command_line) and reads what was trained
+from the checkpoint's own config (model, training length, updates, seed), and refuses, in one
+line, what cannot be scored: another dictionary, another kind of checkpoint, a fork checkpoint, a
+scaling the model does not take, --model-overrides (a Python dict, merged into each evaluation's
+overrides, winning) naming a field the config lacks, an OUT it cannot append to. Each evaluation is fairseq-eval-lm's own
 (fairseq_cli.eval_lm.main, which returns the loss and perplexity); doing them in one process saves
 a Python, torch and fairseq start-up per length. One JSON line per evaluation is appended to OUT
 and printed, with the code's commit, the machine and the fields of $ROW_FIELDS (a JSON object).
@@ -171,9 +170,8 @@ class Scoring:
 def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
     """Check every scoring (before anything is appended anywhere), then score them all in one process.
     With resume, a measurement already in its output file (files.row_key) is not made again.
-    fields: added to every row (else $ROW_FIELDS's). Returns how many measurements were made."""
-    if fields is None:
-        fields = json.loads(os.environ.get("ROW_FIELDS") or "{}")  # eval.sh has checked it is an object
+    fields: added to every row. Returns how many measurements were made."""
+    fields = fields or {}
     if set(fields) & set(MEASURED):
         fail(f"ROW_FIELDS may add fields to the rows, not replace what they measure: drop "
              f"{', '.join(sorted(set(fields) & set(MEASURED)))}")
@@ -209,12 +207,65 @@ def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
     return sum(len(jobs) for jobs, *_ in planned)
 
 
-def main():
-    argv = sys.argv[1:]
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    checkpoint, data, out, split, label, lengths, strides, scalings, scaling_factor, user_overrides = argv[:10]
-    score([Scoring(checkpoint, out, [int(x) for x in lengths.split()], label, strides.split(), scalings.split(),
-                   scaling_factor, user_overrides)], data, split, extra)
+USAGE = 'usage: scripts/eval.sh CHECKPOINT DATA OUT.jsonl "L_VALID..." ["STRIDE..."] [-- flags]'
+# Flags this script derives from L_VALID, STRIDE, SPLIT and CHECKPOINT: a user's own would contradict them.
+SET_HERE = ("--context-window", "--tokens-per-sample", "--gen-subset", "--path")
+
+
+def command_line(argv, environ):
+    """(the Scoring, DATA, SPLIT, fairseq-eval-lm's extra flags, the row fields) of eval.sh's
+    arguments and environment, each checked, in one line naming the fix."""
+    if len(argv) < 4:
+        print(USAGE, file=sys.stderr)
+        sys.exit(2)
+    (checkpoint, data, out, lengths), rest = argv[:4], argv[4:]
+    strides = rest.pop(0) if rest and rest[0] != "--" else "0"
+    if rest and rest[0] == "--":
+        rest.pop(0)
+    split = environ.get("SPLIT") or "valid"
+    if not os.path.isfile(checkpoint):
+        fail(f"no checkpoint at {checkpoint} ({USAGE})")
+    if not os.path.isfile(os.path.join(data, "dict.txt")):
+        fail(f"{data} has no dict.txt: DATA is a binarized data directory ({USAGE})")
+    fields = provenance.row_fields(environ["ROW_FIELDS"], "ROW_FIELDS") if environ.get("ROW_FIELDS") else {}
+    if not os.path.isfile(os.path.join(data, f"{split}.idx")):
+        splits = sorted(name[:-len(".idx")] for name in os.listdir(data) if name.endswith(".idx"))
+        fail(f"{data} has no {split} split: SPLIT is one of {' '.join(splits)}")
+    scalings = environ.get("SCALING") or environ.get("ALIBI_SCALING") or "none"
+    factor = environ.get("SCALING_FACTOR") or environ.get("ALIBI_SCALING_FACTOR") or ""
+    if factor:
+        try:
+            assert math.isfinite(float(factor)) and float(factor) > 0
+        except (ValueError, AssertionError):
+            fail(f"SCALING_FACTOR must be a positive number, got '{factor}'")
+    if not lengths.split():
+        fail(f"give at least one L_valid ({USAGE})")
+    for l_valid in lengths.split():
+        if not (l_valid.isdigit() and int(l_valid) > 0):
+            fail(f"L_valid must be a positive integer, got '{l_valid}'")
+    for rule in strides.split():
+        if files.stride_problem(rule):
+            fail(files.stride_problem(rule))
+    # The user's own --model-overrides: checked against the checkpoint's config (trained()), since
+    # fairseq silently ignores a key the config lacks, and merged into the ones set here.
+    extra, user_overrides = [], "{}"
+    while rest:
+        flag = rest.pop(0)
+        if flag.startswith(SET_HERE):
+            fail(f"{flag} is set by this script: give L_VALID, STRIDE (context window = L_valid - stride), SPLIT= "
+                 "and CHECKPOINT instead")
+        if flag == "--model-overrides" and rest:
+            user_overrides = rest.pop(0)
+        else:
+            extra.append(flag)
+    scoring = Scoring(checkpoint, out, [int(x) for x in lengths.split()], environ.get("LABEL", ""), strides.split(),
+                      scalings.split(), factor, user_overrides)
+    return scoring, data, split, extra, fields
+
+
+def main(argv=None):
+    scoring, data, split, extra, fields = command_line(sys.argv[1:] if argv is None else argv, os.environ)
+    score([scoring], data, split, extra, fields=fields)
 
 
 # What a row measures and records of its own (score() refuses ROW_FIELDS naming one of them).

@@ -71,8 +71,8 @@ def check(args):
     if not args.lengths.split() or not all(x.isdigit() and int(x) > 0 for x in args.lengths.split()):
         raise SystemExit(f"error: --lengths must be positive integers, e.g. \"64 128\", got '{args.lengths}'")
     for rule in args.strides.split():
-        if not (rule.isdigit() or (rule.startswith("/") and rule[1:].isdigit() and int(rule[1:]) > 0)):
-            raise SystemExit(f"error: --strides takes 0, a positive integer or /K (K > 0), got '{rule}'")
+        if files.stride_problem(rule):
+            raise SystemExit(f"error: --strides: {files.stride_problem(rule)}")
     args.fields = provenance.row_fields(args.fields)  # a dict from here on
     if args.masked_lm and not 0 < args.mask_prob < 1:
         raise SystemExit(f"error: --mask-prob must be between 0 and 1, got {args.mask_prob}")

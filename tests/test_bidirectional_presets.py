@@ -294,7 +294,7 @@ def test_unigram_floor_against_the_raw_text_by_hand(wt2_slice, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["{missing}", "{out}", "--lengths", "64"], "has no dict.txt"),
     (["{data}", "{out}", "--lengths", "abc"], "--lengths must be positive integers"),
-    (["{data}", "{out}", "--lengths", "64", "--strides", "/0"], "--strides takes 0, a positive integer or /K"),
+    (["{data}", "{out}", "--lengths", "64", "--strides", "/0"], "--strides: stride /0: /K slides by L_valid / K"),
     (["{data}", "{out}", "--lengths", "64", "--fields", "notjson"], "--fields must be a JSON object"),
     (["{data}", "{out}.txt", "--lengths", "64"], "is not a .jsonl file"),
     (["{data}", "{out}", "--lengths", "64", "--masked-lm", "--mask-prob", "2"], "--mask-prob must be between 0 and 1"),

@@ -415,7 +415,7 @@ def eval_script(*args, env=None):
                           env=dict(os.environ, **(env or {})))
 
 
-@pytest.mark.parametrize("case", ["swapped", "out_is_checkpoint", "length_abc", "length_0", "length_negative",
+@pytest.mark.parametrize("case", ["swapped", "out_is_checkpoint", "length_abc", "length_0", "length_negative", "length_none",
                                   "stride_negative", "stride_over_0", "factor_abc", "no_such_split", "nan_weights",
                                   "context_window_flag", "unknown_flag", "bad_override_value", "fairseq_failure",
                                   "longer_than_the_split", "out_is_a_directory", "every_stride_longer_than_the_length",
@@ -436,7 +436,7 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
     elif case == "out_is_checkpoint":
         args[2] = checkpoint
     elif case.startswith("length"):
-        args[3] = {"length_abc": "abc", "length_0": "0", "length_negative": "-5"}[case]
+        args[3] = {"length_abc": "abc", "length_0": "0", "length_negative": "-5", "length_none": " "}[case]
     elif case.startswith("stride"):
         args.append({"stride_negative": "-1", "stride_over_0": "/0"}[case])
     elif case == "factor_abc":
@@ -470,6 +470,10 @@ def test_eval_script_bad_input_is_one_line_and_touches_nothing(case, toy_checkpo
     assert not out.exists()  # nothing recorded, not even an empty file
     if case == "longer_than_the_split":
         assert "L_valid 100000 is longer than the valid split" in last
+    if case == "length_none":  # an empty list of lengths
+        assert last.startswith("error: give at least one L_valid")
+    if case == "stride_over_0":
+        assert last == "error: stride /0: /K slides by L_valid / K, K a positive integer"
     if case == "out_is_a_directory":
         assert "cannot append to" in last and "d.jsonl" in last
     if case == "every_stride_longer_than_the_length":
