@@ -2,6 +2,7 @@
 import functools
 import http.server
 import os
+import re
 import subprocess
 import tarfile
 import threading
@@ -135,3 +136,21 @@ def test_a_users_directory_that_differs_is_refused_without_asking_to_delete_it(t
     message = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 1 and "wiki.test.tokens has sha256" in message and "give SOURCE" in message
     assert "delete" not in message and "move" not in message and snapshot(mine) == files
+
+
+def test_documents_binarizes_separated_copies_beside_the_usual_corpus(tmp_path):
+    """--documents: data-bin/wikitext-2-documents, with <doc> in the dictionary and one line of it
+    between articles; the raw files are left as they were and nothing else is made."""
+    env = dict(os.environ, DATA_BIN=str(tmp_path / "data-bin"), RAW_DIR=str(tmp_path / "raw"))
+    raw = snapshot(find_wikitext2())
+    proc = subprocess.run(["scripts/prepare-wikitext.sh", "--documents", "2", find_wikitext2()], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = tmp_path / "data-bin" / "wikitext-2-documents"
+    assert os.listdir(tmp_path / "data-bin") == ["wikitext-2-documents"] and not (tmp_path / "raw").exists()
+    assert (out / ".prepared").exists() and not (out / "text").exists()  # the separated copies are gone
+    counts = dict(re.findall(r"wiki\.(\w+)\.tokens: (\d+) articles", proc.stdout))
+    # level-1 headings after an empty line (docs/documents.md): one <doc> line between each two
+    assert counts == {"train": "601", "valid": "60", "test": "60"}, proc.stdout
+    assert "<doc> 600" in (out / "dict.txt").read_text().splitlines()
+    assert snapshot(find_wikitext2()) == raw
