@@ -1,6 +1,5 @@
 """Is a checkpoint's dictionary the data's? Plain Python, no import of fairseq (torch only to read a
-checkpoint's config, in check), so that the shell scripts ask it cheaply (python3
-fairseq_alibi/dictionaries.py ...).
+checkpoint's config, in check), so that the trainers and scorers ask it cheaply.
 
 fairseq checkpoints do not hold their dictionary: it is read from the data directory, so a model
 scored or fine-tuned on another corpus's dictionary of the same size reads every token as another
@@ -12,18 +11,14 @@ a masked LM, an imported GPT-2) has it as a top-level entry of its checkpoint
 train_once.sh) or by the importer, and checked by check() the same way. For every model, scripts/train.sh
 and train_once.sh also keep a copy of the training data's dictionaries (dict.txt; a translation
 task's dict.src.txt, dict.tgt.txt) beside the checkpoints (as fairseq's released models ship theirs),
-and the tools compare words, not counts.
-
-    python3 fairseq_alibi/dictionaries.py check CHECKPOINT DATA_DIR     # exit 1 with one line if they differ
-    python3 fairseq_alibi/dictionaries.py keep DATA_DIR SAVE_DIR        # copy its dict*.txt into SAVE_DIR (refuse another)
-    python3 fairseq_alibi/dictionaries.py record SAVE_DIR DATA_DIR      # its fingerprint into SAVE_DIR's checkpoints
+and the tools compare words, not counts: check(CHECKPOINT, DATA_DIR), keep(DATA_DIR, SAVE_DIR) and
+record(SAVE_DIR, DATA_DIR) each return None or the one line that refuses.
 """
 import os
 import shutil
-import sys
 from typing import List, Optional
 
-from fairseq_alibi.files import written_whole  # noqa: E402  (absolute: also run as a script, by train.sh)
+from fairseq_alibi.files import written_whole
 
 RECORDED = "dictionary_sha256"  # a plugin model's config field; any other model's top-level checkpoint entry
 
@@ -171,11 +166,3 @@ def keep(data: str, save_dir: str) -> Optional[str]:
         with written_whole(target) as partial:
             shutil.copyfile(source, partial)
     return None
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in ("check", "keep", "record"):
-        sys.exit("\n".join(line.strip() for line in __doc__.strip().splitlines()[-3:]))
-    problem = {"check": check, "keep": keep, "record": record}[sys.argv[1]](sys.argv[2], sys.argv[3])
-    if problem:
-        sys.exit(f"error: {problem}")

@@ -1,5 +1,5 @@
-"""The one reader of fairseq command-line flags in Python (scripts/flags.sh is its shell twin for
-train.sh): what value each flag gets, as argparse keeps it. Plain Python."""
+"""The one reader of fairseq command-line flags: what value each flag gets, as argparse keeps it.
+Plain Python."""
 from typing import Dict, Iterable, Optional
 
 

@@ -1,16 +1,11 @@
 """Common mistakes on fairseq's command line that fairseq itself answers with a traceback (or a
 run that never ends): caught before it starts, in one line naming the fix. Plain Python, no torch
-or fairseq, so that scripts/train.sh asks it cheaply:
-
-    python3 fairseq_alibi/mistakes.py train|eval_lm GPUS -- FLAGS...   # exit 1 with one line if one is found
-                                        (GPUS "-": not known; then only --cpu says there is none)
-
-scripts/train_once.sh and fairseq_alibi/cli.py (fairseq-alibi-train, fairseq-alibi-eval-lm) ask it too.
+or fairseq, so that it is asked cheaply: by scripts/train.sh and train_once.sh (fairseq_alibi_lab/
+train.py, train_once.py) and fairseq_alibi/cli.py (fairseq-alibi-train, fairseq-alibi-eval-lm).
 """
-import sys
 from typing import List, Optional
 
-from fairseq_alibi.flags import flag_values  # absolute: also run as a script, by train.sh
+from fairseq_alibi.flags import flag_values
 
 HALF_PRECISION = ("--fp16", "--bf16", "--amp", "--memory-efficient-fp16", "--memory-efficient-bf16")
 LM_TOKENS_PER_SAMPLE = 1024  # fairseq's language_modeling default
@@ -36,12 +31,3 @@ def common_mistake(tool: str, argv: List[str], gpus: Optional[int]) -> Optional[
         return (f"--context-window {context} must be a whole number below --tokens-per-sample {tokens}: each "
                 "window scores its last tokens-per-sample minus context-window tokens")
     return None
-
-
-if __name__ == "__main__":
-    if (len(sys.argv) < 4 or sys.argv[1] not in ("train", "eval_lm") or sys.argv[3] != "--"
-            or not (sys.argv[2].isdigit() or sys.argv[2] == "-")):
-        sys.exit(__doc__.strip().splitlines()[4].strip())
-    mistake = common_mistake(sys.argv[1], sys.argv[4:], int(sys.argv[2]) if sys.argv[2] != "-" else None)
-    if mistake:
-        sys.exit(f"error: {mistake}")

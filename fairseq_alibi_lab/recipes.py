@@ -1,15 +1,8 @@
-"""The training recipes by name, and what "a finished run" means: one definition, read by
-scripts/train.sh (through this file's command line) and scripts/experiment.py (an import), so
-neither copies them. Plain Python (torch only to read a checkpoint); no fairseq.
-
-    python3 -m fairseq_alibi_lab.recipes flags PRESET L WORKERS [UPDATES]
-                                         the recipe's fairseq-train flags (for UPDATES updates), NUL-separated
-    python3 -m fairseq_alibi_lab.recipes status SAVE_DIR ARCH L MAX_UPDATE [--other-ok] [-- FLAGS...]
-                         (ARCH and L "-": not checked, scripts/train_once.sh's; --other-ok: nothing checked)
-                                         'new|resume|finished UPDATES_DONE', or one line of error (exit 1)
-    python3 -m fairseq_alibi_lab.recipes record SAVE_DIR -- FLAGS...   what a new run was started with
+"""The training recipes by name, and what a run is: its lock, "finished", the flags it was started
+with. One definition, imported by scripts/train.sh's and train_once.sh's modules (train.py,
+train_once.py) and the experiment runner, so none copies them. Plain Python (torch only to read a
+checkpoint); no fairseq.
 """
-import sys
 
 from fairseq_alibi.checkpoints import checkpoint_summary  # the library's checkpoint reader (torch on use)
 
@@ -162,6 +155,22 @@ def other_flags(save_dir, then, max_update, flags):
     return "; ".join(differ) or None
 
 
+def hold_run(save_dir):
+    """A descriptor holding SAVE_DIR/.train.lock (one training per save directory, for as long as
+    the descriptor is open, in this process or one that inherits it); RunConflict if another holds it."""
+    import fcntl
+    import os
+
+    lock = os.open(os.path.join(save_dir, ".train.lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(lock)
+        raise RunConflict(f"another training is running on {save_dir} (it holds {save_dir}/.train.lock): wait for "
+                          "it, or give another SAVE_DIR") from None
+    return lock
+
+
 def run_status(save_dir, arch, length, max_update, other_ok=False, flags=None):
     """("new" | "resume" | "finished", updates done): a run is finished when its checkpoint_last.pt
     has reached max_update updates. Raises RunConflict (one line) for an unreadable checkpoint, and,
@@ -185,32 +194,3 @@ def run_status(save_dir, arch, length, max_update, other_ok=False, flags=None):
         raise RunConflict(f"{save_dir} holds a run ({done_updates} updates) started with other flags ({differ}): "
                           "choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one with these")
     return ("finished" if done_updates >= max_update else "resume"), done_updates
-
-
-def main(argv):
-    command, *args = argv
-    if command == "flags":
-        preset, length, workers, *updates = args
-        try:
-            flags = recipe(preset, int(length), max(int(workers), 1), *map(int, updates))
-        except ValueError as e:
-            sys.exit(f"error: {e}")
-        sys.stdout.write("\0".join(flags) + "\0")
-    elif command == "status":
-        save_dir, arch, length, max_update, *rest = args
-        flags = rest[rest.index("--") + 1 :] if "--" in rest else None
-        known = arch != "-"
-        try:
-            print(*run_status(save_dir, arch if known else None, int(length) if known else None, int(max_update),
-                              "--other-ok" in rest, flags))
-        except RunConflict as e:
-            sys.exit(f"error: {e}")
-    elif command == "record":
-        save_dir, _, *flags = args
-        record_flags(save_dir, flags)
-    else:
-        sys.exit(f"error: unknown command {command!r}: flags, status or record")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

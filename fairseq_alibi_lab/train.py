@@ -8,7 +8,6 @@ several: fairseq_train), SAVE_DIR/.train.lock held for its lifetime; when it end
 dictionary fingerprint goes into every checkpoint that does not record it in its config (a stock
 twin's: fairseq_alibi/dictionaries.py record).
 """
-import fcntl
 import os
 import subprocess
 import sys
@@ -181,12 +180,10 @@ def main(argv):
     os.makedirs(save_dir, exist_ok=True)
     rank = last_value(extra, "--distributed-rank") or os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
     if rank == "0":  # one training per save directory; a distributed run is one training, rank 0 holds it
-        lock = os.open(os.path.join(save_dir, ".train.lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fail(f"another training is running on {save_dir} (it holds {save_dir}/.train.lock): wait for it, or give "
-                 "another SAVE_DIR")
+            lock = recipes.hold_run(save_dir)
+        except recipes.RunConflict as e:
+            fail(e)
         os.set_inheritable(lock, True)  # a fairseq-train process (several GPUs) holds it too, should this one be killed first
     try:
         state, done = recipes.run_status(save_dir, arch, int(length), int(max_update),
