@@ -193,4 +193,7 @@ def main(argv=None, environ=os.environ):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # what was half made is removed (the finally clauses); the rest is kept
+        sys.exit("stopped: rerun the same command to continue")

@@ -93,4 +93,7 @@ def main(argv=None, environ=os.environ):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # before the training started (after, stop() has it): nothing runs on
+        sys.exit("stopped before the training began: rerun the same command")
