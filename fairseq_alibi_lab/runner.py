@@ -40,7 +40,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi import checkpoints, files, provenance, twins  # noqa: E402  (no fairseq or torch import)
-from fairseq_alibi_lab import exact_match, recipes, results, synthetic_table  # noqa: E402
+from fairseq_alibi_lab import exact_match, prepare, recipes, results, synthetic_table  # noqa: E402
 append_lines, read_rows, measurement, stride_of = (
     getattr(files, name) for name in ("append_lines", "read_rows", "measurement", "stride"))
 
@@ -106,7 +106,7 @@ class Experiment:
     prepare: str = ""
 
 
-SEPARATOR = "<doc>"  # what prepare-wikitext.sh --documents writes between articles
+SEPARATOR = prepare.SEPARATOR  # what prepare-wikitext.sh --documents writes between articles
 # Label suffix -> the evaluation's --model-overrides.
 DOCUMENT_SCORINGS = {"scored apart": f"{{'document_separator': '{SEPARATOR}'}}",
                      "scored packed": "{'document_separator': None}"}
