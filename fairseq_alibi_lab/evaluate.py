@@ -235,8 +235,10 @@ def command_line(argv, environ):
     factor = environ.get("SCALING_FACTOR") or environ.get("ALIBI_SCALING_FACTOR") or ""
     if factor:
         try:
-            assert math.isfinite(float(factor)) and float(factor) > 0
-        except (ValueError, AssertionError):
+            value = float(factor)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):  # not an assert: python -O would drop the check
             fail(f"SCALING_FACTOR must be a positive number, got '{factor}'")
     if not lengths.split():
         fail(f"give at least one L_valid ({USAGE})")
