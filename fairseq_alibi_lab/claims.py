@@ -354,12 +354,16 @@ def main():
                    help="whose declared claims (default: the comparison's, which the second scale shares)")
     p.add_argument("--compare", nargs=2, metavar=("A@K", "B@K"),
                    help="the verdict on these two cells (each stride scored) instead of the declared claims")
-    p.add_argument("--relation", choices=("lower", "at-most"), default="lower",
-                   help="with --compare: A's perplexity below B's (default), or A's not above B's")
+    p.add_argument("--relation", choices=("lower", "at-most", "higher"),
+                   help="with --compare: A's perplexity below B's (default), or A's not above B's; "
+                        "A's accuracy above B's (retrieval's, the default there)")
+    p.add_argument("--task", choices=RETRIEVAL_TASKS, help="with --compare on the retrieval rows: the task the cells are on")
     args = p.parse_args()
+    if args.task and not (args.compare and args.experiment == "retrieval"):
+        p.error("--task names the task of --compare's cells on the retrieval rows (--experiment retrieval)")
     if args.experiment == "retrieval":  # retrieval.jsonl beside each results file
-        if args.compare:
-            p.error("--compare takes perplexity cells; the retrieval comparisons are the declared ones")
+        if args.compare and not args.task:
+            p.error(f"--compare on the retrieval rows needs --task (one of {', '.join(RETRIEVAL_TASKS)})")
         from fairseq_alibi_lab.retrieval import ROWS as SCORED
 
         paths = [os.path.join(os.path.dirname(path), SCORED) for path in args.results]
@@ -368,7 +372,17 @@ def main():
                 p.error(f"no {path}: the retrieval experiment writes it (scripts/experiment.py retrieval)")
         rows = [r for path in paths for r in results.read_json_lines(
             path, ("label", "task", "length", "depth", "accuracy", "checkpoint"), "fairseq_alibi_lab/retrieval.py")]
-        text = retrieval_table(rows)
+        claims = RETRIEVAL
+        if args.compare:  # a comparison not declared before the results: named as asked, same rule and test
+            (a, k_a), (b, k_b) = map(cell_name, args.compare)
+            names = sorted({name for _, name, _, _ in retrieval_cells(rows)[0]})
+            for name in {a, b} - set(names):
+                p.error(f"no retrieval rows of {name!r}; its models: {', '.join(names)}")
+            relation = (args.relation or "higher").replace("-", " ")
+            said = {"higher": "above", "lower": "below"}.get(relation, relation)
+            claims = [Claim(f"{a} at {k_a}L {said} {b} at {k_b}L ({args.task})", (a, args.task, k_a),
+                            (b, args.task, k_b), relation, tuple(RETRIEVAL_SCORINGS))]
+        text = retrieval_table(rows, claims)
     elif args.experiment == "synthetic":
         if args.compare:
             p.error("--compare takes perplexity cells; the synthetic tasks' comparisons are the declared ones")
@@ -396,8 +410,11 @@ def main():
             for label in {a[0], b[0]} - set(labels):
                 p.error(f"no rows of {label!r} in {', '.join(args.results)}; its labels: {', '.join(labels)}")
             scored = sorted({key[1] for key in rows}, key=lambda stride: stride != "0")
-            claims = [Claim(f"{a[0]} at {a[1]}L {'below' if args.relation == 'lower' else 'at most'} {b[0]} at {b[1]}L",
-                            a, b, args.relation.replace("-", " "), tuple(scored))]
+            relation = args.relation or "lower"
+            if relation == "higher":
+                p.error("--relation higher compares accuracies (--experiment retrieval); a perplexity is better lower")
+            claims = [Claim(f"{a[0]} at {a[1]}L {'below' if relation == 'lower' else 'at most'} {b[0]} at {b[1]}L",
+                            a, b, relation.replace("-", " "), tuple(scored))]
         text = table(rows, claims)
     if args.out:
         with written_whole(args.out) as partial, open(partial, "w") as f:

@@ -225,6 +225,18 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
     (tmp_path / "retrieval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     printed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert printed == text
+    # --compare: an undeclared comparison of two cells on one task, by the same rule and test as the
+    # declared claim on those cells (NTK-ALiBi's at 4L here), under the name it was asked by.
+    compared = subprocess.run(command + ["--compare", "ALiBi + NTK@4", "ALiBi@4", "--task", "passkey"], cwd=REPO,
+                              capture_output=True, text=True, check=True).stdout.splitlines()[2:]
+    declared = [line for name, line in lines.items() if name.startswith("NTK-ALiBi widens ALiBi's field (passkey")]
+    assert len(compared) == 2 and [line.split(" | ", 1)[1] for line in compared] == [line.split(" | ", 1)[1] for line in declared]
+    assert all(line.startswith("| ALiBi + NTK at 4L above ALiBi at 4L (passkey) | ") for line in compared)
+    for flags, message in ((["--compare", "ALiBi + NTK@4", "ALiBi@4"], "--compare on the retrieval rows needs --task"),
+                           (["--compare", "Alibi@4", "ALiBi@4", "--task", "passkey"], "no retrieval rows of 'Alibi'; its models: ALiBi, ALiBi + NTK"),
+                           (["--task", "passkey"], "--task names the task of --compare's cells")):
+        refused = subprocess.run(command + flags, cwd=REPO, capture_output=True, text=True)
+        assert refused.returncode == 2 and message in refused.stderr.strip().splitlines()[-1], refused.stderr
 
 
 def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accuracy(tmp_path):
