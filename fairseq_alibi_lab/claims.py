@@ -338,6 +338,10 @@ def accuracy_table(rows, claims=SYNTHETIC):
     return "\n".join(HEADER + [line for claim in claims for line in lines(found, locate_accuracy, claim)]) + "\n"
 
 
+# How --compare names a claim's relation (Claim.relation's values).
+RELATION_WORDS = {"lower": "below", "at most": "at most", "higher": "above"}
+
+
 def cell_name(text):
     """"LABEL@K" -> (LABEL, K), K the multiple of L; one line naming the form otherwise."""
     label, _, multiple = text.rpartition("@")
@@ -379,8 +383,7 @@ def main():
             for name in {a, b} - set(names):
                 p.error(f"no retrieval rows of {name!r}; its models: {', '.join(names)}")
             relation = (args.relation or "higher").replace("-", " ")
-            said = {"higher": "above", "lower": "below"}.get(relation, relation)
-            claims = [Claim(f"{a} at {k_a}L {said} {b} at {k_b}L ({args.task})", (a, args.task, k_a),
+            claims = [Claim(f"{a} at {k_a}L {RELATION_WORDS[relation]} {b} at {k_b}L ({args.task})", (a, args.task, k_a),
                             (b, args.task, k_b), relation, tuple(RETRIEVAL_SCORINGS))]
         text = retrieval_table(rows, claims)
     elif args.experiment == "synthetic":
@@ -410,11 +413,11 @@ def main():
             for label in {a[0], b[0]} - set(labels):
                 p.error(f"no rows of {label!r} in {', '.join(args.results)}; its labels: {', '.join(labels)}")
             scored = sorted({key[1] for key in rows}, key=lambda stride: stride != "0")
-            relation = args.relation or "lower"
+            relation = (args.relation or "lower").replace("-", " ")
             if relation == "higher":
                 p.error("--relation higher compares accuracies (--experiment retrieval); a perplexity is better lower")
-            claims = [Claim(f"{a[0]} at {a[1]}L {'below' if relation == 'lower' else 'at most'} {b[0]} at {b[1]}L",
-                            a, b, relation.replace("-", " "), tuple(scored))]
+            claims = [Claim(f"{a[0]} at {a[1]}L {RELATION_WORDS[relation]} {b[0]} at {b[1]}L",
+                            a, b, relation, tuple(scored))]
         text = table(rows, claims)
     if args.out:
         with written_whole(args.out) as partial, open(partial, "w") as f:
