@@ -165,8 +165,13 @@ class RelativeSelfAttention(MultiheadAttention):
             saved_state["prev_key"] = k
             saved_state["prev_value"] = v
             saved_state["prev_key_padding_mask"] = None
-        mask = bias.mask
-        if self.layer_bias is not None:  # a data-dependent bias: this layer's, over all keys (positions.LayerBias)
+        mask, key_terms = bias.mask, None
+        if self.layer_bias is not None and bias.kernel is not None:  # a kernel that adds it: its per-key terms
+            key_terms, kept = self.layer_bias.key_terms(query, key_padding_mask,
+                                                        saved_state.get("layer_bias") if saved_state is not None else None)
+            if saved_state is not None:
+                saved_state["layer_bias"] = kept
+        elif self.layer_bias is not None:  # a data-dependent bias: this layer's, over all keys (positions.LayerBias)
             extra, kept = self.layer_bias(query, q, k, key_padding_mask,
                                           saved_state.get("layer_bias") if saved_state is not None else None)
             if saved_state is not None:
@@ -179,7 +184,9 @@ class RelativeSelfAttention(MultiheadAttention):
         if saved_state is not None:
             self._set_input_buffer(incremental_state, saved_state)
         dropout = self.dropout_module.p if self.training else 0.0
-        if bias.kernel is not None:
+        if key_terms is not None:
+            out = bias.kernel.attend(q, k, v, dropout, key_terms=key_terms)
+        elif bias.kernel is not None:
             out = bias.kernel.attend(q, k, v, dropout)
         elif mask is not None:
             out = masked_attention(q, k, v, mask, dropout)  # no backend found wrong on masks (kernels/sdpa.py)

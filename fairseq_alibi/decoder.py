@@ -240,7 +240,8 @@ DOCUMENT_SEPARATOR_HELP = (
 ATTENTION_KERNEL_HELP = (
     "attention kernel (kernels/): sdpa (PyTorch, dense mask), flash (FlashAttention-2 >= 2.4, GPU, "
     "fp16/bf16, ALiBi or no bias), flex (FlexAttention, ALiBi or no bias), blocked (CPU, no T x S mask; "
-    "ALiBi, T5 bias at evaluation, any bias with packed documents), auto (flash where it can run, else "
+    "ALiBi, T5 bias at evaluation, any bias with packed documents), separable (PyTorch's fused causal attention with "
+    "the bias as extra query/key columns: ALiBi, learned slopes, FoX, with their gradients), auto (flash where it can run, else "
     "blocked on CPU for inputs longer than 512 tokens, else sdpa); at evaluation set it with --model-overrides")
 
 

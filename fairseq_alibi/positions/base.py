@@ -107,6 +107,12 @@ class LayerBias(nn.Module):
                 state: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
         raise NotImplementedError
 
+    # key_terms(x, padding, state) -> (terms (batch, heads, S), what to keep): the same bias as a
+    # per-key term, bias(i, j) = terms[j] + something constant along query i's row (which softmax
+    # ignores), for the separable kernel; a method whose layer bias has it lists "separable" in its
+    # kernels. None: not separable.
+    key_terms = None
+
 
 def option(default, help: str, choices: Optional[Tuple] = None, inference_only: bool = False):
     """A method's option: its one default, help, choices; inference_only: set at evaluation

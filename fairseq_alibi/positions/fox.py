@@ -8,8 +8,9 @@ to its score of key j. ALiBi is the constant gate f = e^(-m_h); no other positio
 drops RoPE). The gate's projection starts as the official code's (zhixuan-lin/forgetting-transformer,
 fgate_type "full"): weight N(0, 0.02), bias 0, so f = 1/2 at first.
 
-The bias depends on each layer's input, so only the dense mask (sdpa) computes it (kernels = sdpa).
-c is kept in fp64: over long inputs it grows to thousands, where fp32 would round c_i - c_j near
+The bias depends on each layer's input: the dense mask (sdpa) computes it, and so does the
+separable kernel (kernels/separable.py), which takes -c_j as a per-key term (key_terms: softmax
+ignores c_i, the same for every key of query i) on PyTorch's fused causal attention. c is kept in fp64: over long inputs it grows to thousands, where fp32 would round c_i - c_j near
 the diagonal. Padded keys forget nothing (log f = 0), so left padding changes no row's bias.
 Packed documents need nothing more: attention masks keys of other documents, and within one
 document c_i - c_j sums that document's gates only."""
@@ -28,7 +29,7 @@ GATE_INIT_STD = 0.02
 class ForgetGates(PositionMethod):
     name = "forget_gates"  # no parameters of its own: each layer's gate is that layer's
     has_bias = False
-    kernels = ("sdpa",)
+    kernels = ("sdpa", "separable")
 
     @dataclasses.dataclass
     class Config(MethodConfig):
@@ -64,11 +65,22 @@ class ForgetGate(LayerBias):
     # difference never exists whole (the same values as in one piece).
     CHUNK_PAIRS = 2**20
 
-    def forward(self, x, q, k, padding, state):
-        query_len = x.size(0)
+    def cumulative(self, x, padding, state):
+        """c (batch, heads, S) in fp64 over the cached keys and the T new tokens of x."""
         cumulative = self.log_gates(x, padding).double().cumsum(-1)
         if state is not None:  # the cached keys' c, then the new tokens' from the last of them
             cumulative = torch.cat([state, state[..., -1:] + cumulative], dim=-1)
+        return cumulative
+
+    def key_terms(self, x, padding, state):
+        """The bias as a per-key term (the separable kernel): -c_j (batch, heads, S) fp64, and what
+        to keep (c)."""
+        cumulative = self.cumulative(x, padding, state)
+        return -cumulative, cumulative
+
+    def forward(self, x, q, k, padding, state):
+        query_len = x.size(0)
+        cumulative = self.cumulative(x, padding, state)
         queries, keys = cumulative[..., -query_len:, None], cumulative[..., None, :]
         rows = max(1, self.CHUNK_PAIRS // cumulative.size(-1))
         if torch.is_grad_enabled() or query_len <= rows:

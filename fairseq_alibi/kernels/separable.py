@@ -1,0 +1,186 @@
+"""separable: a bias that is a per-key term as extra columns of queries and keys, on PyTorch's fused
+causal attention (SDPA with is_causal: on CPU its fused kernel, on a GPU the flash, efficient and
+cuDNN backends), with gradients reaching the terms (learned slopes, FoX's gates).
+
+Softmax ignores whatever is constant along a query's row, so a bias b(i, j) = t(j) + r(i) attends as
+t(j) alone. ALiBi's -m_h (i - j) is m_h j - m_h i; learned-slope ALiBi likewise; FoX's
+c_i - c_j (c the cumulative sum of log forget gates) is -c_j. The term rides in extra columns: each
+query gets the constant P (a power of two >= sqrt(d), exact in every dtype), each key
+t(j) / (scale P), so that scale (q . k + P t(j) / (scale P)) = scale q . k + t(j); values get
+zero columns (the fused kernels want one head dimension; padded to a multiple of 8 for the GPU's).
+
+Precision: the terms are taken relative to a reference key (the middle one, or each document's
+first), so that their magnitude is at most half the span times the slope. In half precision one
+column cannot hold them (bf16 keeps 8 bits: 4,096 to the nearest 32), so they are split over
+SPLITS[dtype] columns, each exactly representable, summed back in the kernels' fp32 accumulator.
+
+Packed documents: every document becomes a sequence of its own (batched by length, padded on the
+right: causal attention never reads a later key, so padding is never seen by a real query), its
+terms referenced to its first token. Queries bottom-right aligned with keys (a cache): T == 1
+attends to every key, 1 < T < S takes PyTorch's lower-right causal mask.
+"""
+import math
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .base import Kernel, register
+
+# Columns per dtype: enough mantissa bits (fp32 24; fp16 11 a column, bf16 8) for an fp32 term.
+SPLITS = {torch.float32: 1, torch.float64: 1, torch.float16: 3, torch.bfloat16: 3}
+PAD_TO = 8  # the GPU flash backend's head dimensions are multiples of 8
+
+
+class Separable(Kernel):
+    name = "separable"
+    auto_priority = None  # asked for by name (benchmarks/separable-cpu.md: where it would pay)
+
+    def takes(self, positions, documents=False):
+        if positions.kernels is not None:  # a data-dependent bias: its method names this kernel (FoX) or not
+            return None if self.name in positions.kernels else \
+                f"{positions.label or 'this method'}'s bias is not a per-key term separable can add"
+        if positions.has_bias and positions.linear_slopes is None:
+            return ("separable adds a bias that is a per-key term (ALiBi's -m (i - j), learned slopes, FoX's gates); "
+                    f"{positions.label or 'this method'} has none as configured")
+        return None
+
+    def unusable(self, positions, x, dropout, documents):
+        if x.dtype not in SPLITS:
+            return f"it runs in {', '.join(str(d).replace('torch.', '') for d in SPLITS)}, not {x.dtype}"
+        return None
+
+    def prepare(self, positions, dtype, documents=None, query_len=0):
+        slopes = positions.linear_slopes if positions.has_bias else None
+        return SeparableAttend(slopes, documents)
+
+
+class SeparableAttend:
+    """What the layers call: attend(q, k, v, dropout_p, key_terms=None). The terms are the
+    method's slopes' m_h j, or key_terms (batch, heads, S) a layer's data gives (FoX)."""
+
+    def __init__(self, slopes: Optional[Tensor], documents=None):
+        self.slopes, self.documents = slopes, documents
+
+    def terms(self, key_len: int, device, key_terms: Optional[Tensor]) -> Optional[Tensor]:
+        """(batch or 1, heads, S) float: the per-key terms, or None (no bias)."""
+        if key_terms is not None:
+            return key_terms
+        if self.slopes is None:
+            return None
+        keys = torch.arange(key_len, device=device, dtype=torch.float64)
+        return (self.slopes.double()[None, :, None] * keys).float() if not self.slopes.requires_grad \
+            else self.slopes.float()[None, :, None] * keys.float()
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float, key_terms: Optional[Tensor] = None) -> Tensor:
+        terms = self.terms(k.size(2), q.device, key_terms)
+        if self.documents is not None and q.size(2) == k.size(2):
+            return by_document(q, k, v, terms, self.documents.positions, dropout_p)
+        mask = None
+        if self.documents is not None:  # a cache: keys of the query's own document, causal
+            ids, offset = self.documents.ids, k.size(2) - q.size(2)
+            index = torch.arange(k.size(2), device=q.device)
+            mask = (ids[:, offset:, None] == ids[:, None, :]) & (index[None, offset:, None] >= index[None, None, :])
+            mask = mask[:, None]
+        if terms is not None:
+            terms = terms - terms[..., k.size(2) // 2, None]  # magnitudes at most half the span's
+        return causal_attention(q, k, v, terms, dropout_p, mask)
+
+
+def padded_dim(dim: int, columns: int) -> int:
+    return -(-(dim + columns) // PAD_TO) * PAD_TO
+
+
+def with_terms(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor]):
+    """q, k, v with the terms' columns (and zero padding) appended; the softmax scale of the
+    original head dimension."""
+    dim = q.size(-1)
+    scale = dim ** -0.5
+    columns = SPLITS[q.dtype] if terms is not None else 0
+    width = padded_dim(dim, columns) if terms is not None else dim
+    if terms is None:
+        return q, k, v, scale
+    query_entry = 2.0 ** math.ceil(math.log2(dim) / 2)  # a power of two >= sqrt(dim): exact in any dtype
+    parts = split(terms / (scale * query_entry), q.dtype, columns)  # each (batch or 1, heads, S)
+    batch, heads, key_len = k.shape[:3]
+    extra_k = torch.stack(parts, -1).expand(batch, heads, key_len, columns)
+    q_columns = q.new_full((*q.shape[:3], columns), query_entry)
+    zeros = width - dim - columns
+    q = torch.cat([q, q_columns, q.new_zeros(*q.shape[:3], zeros)], -1)
+    k = torch.cat([k, extra_k.to(k.dtype), k.new_zeros(*k.shape[:3], zeros)], -1)
+    v = F.pad(v, (0, width - dim))
+    return q, k, v, scale
+
+
+def split(values: Tensor, dtype, columns: int) -> List[Tensor]:
+    """values (fp32 or fp64) as `columns` parts, each exact in dtype, that sum back to them (to the
+    parts' precision): the high part, then what it leaves, and so on."""
+    parts, rest = [], values
+    for _ in range(columns - 1):
+        high = rest.to(dtype)
+        parts.append(high)
+        rest = rest - high.to(rest.dtype)
+    parts.append(rest.to(dtype))
+    return parts
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor], dropout_p: float,
+                     mask: Optional[Tensor] = None) -> Tensor:
+    """Causal SDPA (queries the last T of the S keys) with the terms' columns; mask: a boolean mask
+    that replaces the causal pattern."""
+    dim, query_len, key_len = q.size(-1), q.size(2), k.size(2)
+    q, k, v, scale = with_terms(q, k, v, terms)
+    if mask is not None:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+    elif query_len == key_len or query_len == 1:
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=query_len > 1, scale=scale)
+    else:
+        from torch.nn.attention.bias import causal_lower_right
+
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(query_len, key_len),
+                                             dropout_p=dropout_p, scale=scale)
+    return out[..., :dim]
+
+
+def by_document(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor], within: Tensor, dropout_p: float) -> Tensor:
+    """Every (row, document) as its own causal sequence: documents of similar length (up to twice
+    as long as the shortest of their group) batched together, padded on the right; each
+    document's terms relative to its first token. within (batch, S): each token's position in its
+    document."""
+    batch, heads, length, dim = q.shape
+    starts = (within == 0).nonzero()  # (documents, 2): row, first token, in row order
+    rows, firsts = starts[:, 0], starts[:, 1]
+    ends = torch.cat([firsts[1:], firsts.new_tensor([length])])
+    last_of_row = torch.cat([rows[1:] != rows[:-1], torch.ones(1, dtype=torch.bool, device=rows.device)])
+    ends = torch.where(last_of_row, length, ends)
+    lengths = ends - firsts
+    # Which document and offset each token reads its output from (the inverse of the gather below).
+    document_of = torch.zeros(batch, length, dtype=torch.long, device=q.device)
+    document_of[rows, firsts] = 1
+    document_of = document_of.flatten().cumsum(0).view(batch, length) - 1
+    outputs, place = [], torch.empty(lengths.numel(), dtype=torch.long, device=q.device)
+    groups = torch.floor(torch.log2(lengths.double())).long()
+    base = 0
+    for group in torch.unique(groups).tolist():
+        members = (groups == group).nonzero().flatten()
+        longest = int(lengths[members].max())
+        index = (firsts[members, None] + torch.arange(longest, device=q.device)).clamp(max=length - 1)
+        row = rows[members, None]  # past a document's end: keys none of its queries sees
+
+        def gather(x):  # (batch, heads, S, ...) -> (members, heads, longest, ...)
+            return x.transpose(1, 2)[row, index].transpose(1, 2)
+
+        group_terms = None
+        if terms is not None:
+            group_terms = gather(terms.expand(batch, heads, length)[..., None])[..., 0]
+            group_terms = group_terms - group_terms[..., :1]
+        out = causal_attention(gather(q), gather(k), gather(v), group_terms, dropout_p)
+        outputs.append(out.transpose(1, 2).reshape(-1, heads, dim))
+        place[members] = base + torch.arange(members.numel(), device=q.device) * longest
+        base += members.numel() * longest
+    source = place[document_of] + within  # (batch, S): each token's row among the groups' outputs
+    return torch.cat(outputs)[source.flatten()].view(batch, length, heads, dim).transpose(1, 2)
+
+
+register(Separable())

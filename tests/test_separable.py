@@ -1,0 +1,191 @@
+"""The separable kernel (kernels/separable.py): ALiBi, learned slopes and FoX as extra query/key
+columns on PyTorch's fused causal attention, against the dense reference: the naive formula in
+fp64 for one call (8L and 128L), the same weights on the sdpa path for whole models (logits and
+every gradient, the slopes' and the gates' included), packed documents, a cache, half precision."""
+import math
+
+import pytest
+import torch
+
+from conftest import TINY, build_model, random_tokens
+from reference import assert_same_logits
+from test_documents import SEPARATOR, VOCAB
+from test_documents import model as document_model
+from test_position_methods import perturb
+from fairseq_alibi.alibi import alibi_slopes
+from fairseq_alibi.base import ConfigError
+from fairseq_alibi.documents import find_documents
+from fairseq_alibi.kernels import KERNELS, choose_kernel, takes_bias
+from fairseq_alibi.kernels.separable import SPLITS, SeparableAttend, split
+
+L = 64  # the lab's training length: 8L and 128L below
+
+
+def naive(q, k, v, slopes, rows=512):
+    """softmax(q k^T / sqrt(d) - m_h (i - j), future -inf) v in fp64, queries the last T of S keys,
+    `rows` queries at a time (memory)."""
+    q, k, v = q.double(), k.double(), v.double()
+    query_len, key_len = q.size(2), k.size(2)
+    out = []
+    for start in range(0, query_len, rows):
+        i = torch.arange(key_len - query_len + start, key_len - query_len + min(start + rows, query_len))[:, None].double()
+        j = torch.arange(key_len)[None, :].double()
+        scores = q[:, :, start:start + rows] @ k.transpose(-1, -2) / q.size(-1) ** 0.5
+        scores = scores - slopes.double()[:, None, None] * (i - j)
+        out.append(scores.masked_fill(j > i, float("-inf")).softmax(-1) @ v)
+    return torch.cat(out, 2)
+
+
+def dense(q, k, v, slopes, dtype=None):
+    """The dense path: SDPA with the (heads, T, T) mask in the inputs' dtype."""
+    from fairseq_alibi.alibi import alibi_mask
+
+    dtype = dtype or q.dtype
+    return torch.nn.functional.scaled_dot_product_attention(
+        q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=alibi_mask(slopes, q.size(2), k.size(2)).to(dtype))
+
+
+# The paper's slopes for 8 heads: the steepest and the gentlest (two heads keep 128L's fp64 reference small).
+EDGE_SLOPES = torch.tensor([alibi_slopes(8)[0], alibi_slopes(8)[-1]])
+
+
+def tolerance(dense_error, span, slope, dtype=torch.float32):
+    """The separable kernel's bound: the dense path's own error plus the rounding of the largest
+    term it carries (slope x half the span, relative to the middle key) in the fp32 accumulator,
+    times the head dimension's scale (a few ulps of that magnitude per logit)."""
+    return 2 * dense_error + 16 * slope * span / 2 * 2.0**-24 + 1e-7
+
+
+@pytest.mark.parametrize("length", [8 * L, 128 * L], ids=["8L", "128L"])
+def test_alibi_as_key_columns_equals_the_formula_in_fp32(length):
+    torch.manual_seed(length)
+    slopes = EDGE_SLOPES
+    q, k, v = (torch.randn(1, 2, length, 16) for _ in range(3))
+    exact = naive(q, k, v, slopes)
+    dense_error = (dense(q, k, v, slopes).double() - exact).abs().max().item()
+    got = SeparableAttend(slopes).attend(q, k, v, 0.0)
+    error = (got.double() - exact).abs().max().item()
+    assert error <= tolerance(dense_error, length, max(slopes).item())
+
+
+@pytest.mark.parametrize("query_len", [1, 7, 40])
+def test_queries_of_a_cache_are_bottom_right_aligned(query_len):
+    """T = 1 sees every key; 1 < T < S PyTorch's lower-right causal mask."""
+    torch.manual_seed(query_len)
+    heads, key_len = 4, 40
+    q = torch.randn(2, heads, query_len, 8)
+    k, v = torch.randn(2, heads, key_len, 8), torch.randn(2, heads, key_len, 8)
+    slopes = torch.tensor(alibi_slopes(heads))
+    exact = naive(q, k, v, slopes)
+    torch.testing.assert_close(SeparableAttend(slopes).attend(q, k, v, 0.0).double(), exact, rtol=1e-5, atol=1e-5)
+
+
+def test_split_columns_sum_back_to_the_fp32_terms():
+    """Half precision: the terms (up to 2^14 here) over SPLITS columns, each exact in its dtype,
+    sum back to fp32's precision; one bf16 column alone would be off by up to 32."""
+    terms = torch.arange(0, 2**14, 0.37, dtype=torch.float32)
+    for dtype in (torch.float16, torch.bfloat16):
+        parts = split(terms, dtype, SPLITS[dtype])
+        total = sum(p.float() for p in parts)
+        assert (total - terms).abs().max() <= terms.abs().max() * 2.0**-20
+    assert (terms.to(torch.bfloat16).float() - terms).abs().max() > 8
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_precision_is_as_close_to_fp32_as_the_dense_half_path(dtype):
+    """At 128L with the paper's steepest slope the terms reach 2,048: split over columns, the
+    kernel's half-precision output is as close to the exact one as the dense mask in half precision."""
+    torch.manual_seed(0)
+    slopes, length = EDGE_SLOPES, 128 * L
+    q, k, v = (torch.randn(1, 2, length, 16) for _ in range(3))
+    exact = naive(q, k, v, slopes)
+    got = SeparableAttend(slopes).attend(q.to(dtype), k.to(dtype), v.to(dtype), 0.0)
+    dense_error = (dense(q, k, v, slopes, dtype).double() - exact).abs().max().item()
+    assert (got.double() - exact).abs().max().item() <= 1.5 * dense_error
+
+
+def twins(method, *flags, separator=None):
+    """The same (perturbed) weights on the sdpa path and on the separable kernel."""
+    if separator:
+        return (document_model(method, "--attention-kernel", "sdpa", *flags, separator=separator)[0],
+                *document_model(method, "--attention-kernel", "separable", *flags, separator=separator))
+    models = []
+    for kernel in ("sdpa", "separable"):
+        torch.manual_seed(0)
+        m, d = build_model(f"{method}_transformer_lm", vocab=VOCAB, extra=[*TINY, "--attention-kernel", kernel, *flags])
+        models.append(perturb(m))
+    return (*models, d)
+
+
+def gradients(m, tokens):
+    torch.manual_seed(0)  # the same dropout masks for both
+    m.train()
+    m.zero_grad()
+    m(tokens)[0].logsumexp(-1).mean().backward()
+    m.eval()
+    return {name: p.grad for name, p in m.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("separator", [None, SEPARATOR], ids=["packed", "documents"])
+@pytest.mark.parametrize("method", ["alibi", "learned_alibi", "fox"])
+def test_a_model_on_the_separable_kernel_gives_the_dense_logits_and_gradients(method, separator, monkeypatch):
+    """Logits and every parameter's gradient, the learned slopes' and FoX's gates' own included,
+    as on the dense path; with packed documents, rows of 1, 2 and 4 documents batched together."""
+    import fairseq_alibi.kernels.separable as kernel
+
+    calls = []
+    original = kernel.causal_attention
+    monkeypatch.setattr(kernel, "causal_attention", lambda *a, **k: calls.append(1) or original(*a, **k))
+    reference, separable, d = twins(method, separator=separator)
+    tokens = random_tokens(VOCAB + 3, 3, 70, seed=5)
+    if separator:
+        tokens[1, 30] = d.index(SEPARATOR)
+        tokens[2, [3, 4, 50]] = d.index(SEPARATOR)
+    assert_same_logits(separable, reference, tokens)
+    expected, got = gradients(reference, tokens), gradients(separable, tokens)
+    assert set(got) == set(expected)
+    own = {"alibi": [], "learned_alibi": ["decoder.learned_alibi.log_slopes"],
+           "fox": [n for n in expected if "layer_bias" in n]}[method]
+    assert all(expected[name].norm() > 0 for name in own) and (own or method == "alibi")
+    for name, grad in expected.items():
+        torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
+    assert calls  # the kernel ran (not left to sdpa)
+
+
+@pytest.mark.parametrize("method", ["alibi", "learned_alibi", "fox"])
+def test_decoding_a_token_at_a_time_gives_the_full_forward(method):
+    _, separable, d = twins(method)
+    tokens = random_tokens(VOCAB + 3, 2, 20, seed=2)
+    with torch.no_grad():
+        full = separable(tokens)[0]
+        state = {}
+        steps = torch.cat([separable(tokens[:, : t + 1], incremental_state=state)[0] for t in range(20)], dim=1)
+    torch.testing.assert_close(steps, full, rtol=1e-4, atol=1e-5)
+
+
+def test_the_kernel_takes_per_key_biases_only_and_says_why_in_one_line():
+    for method, flags in [("kerple", []), ("t5_bias", []), ("fire", []), ("alibi", ["--alibi-scaling", "dynamic_ntk",
+                                                                                      "--alibi-train-length", "8"])]:
+        with pytest.raises(ConfigError, match="separable") as err:
+            build_model(f"{method}_transformer_lm", vocab=VOCAB, extra=[*TINY, "--attention-kernel", "separable", *flags])
+        assert "\n" not in str(err.value.code)
+    for method in ("alibi", "learned_alibi", "fox", "nope", "rotary"):
+        m, _ = build_model(f"{method}_transformer_lm", vocab=VOCAB, extra=[*TINY, "--attention-kernel", "separable"])
+        assert takes_bias("separable", m.decoder.positions) is None
+
+
+def test_it_runs_where_it_is_asked_and_auto_never_picks_it():
+    """A kernel by name; auto's choices are unchanged by its arrival (benchmarks/separable-cpu.md
+    says where it is faster; the committed experiments were trained and scored without it)."""
+    m, _ = build_model("learned_alibi_transformer_lm", vocab=VOCAB, extra=[*TINY, "--attention-kernel", "separable"])
+    x = torch.zeros(1, 1, 32)
+    assert choose_kernel("separable", m.decoder.positions, x, 64, False, True) == "separable"  # dropout too
+    assert KERNELS["separable"].auto_priority is None
+    assert choose_kernel("auto", m.decoder.positions, x, 64, False, False) == "sdpa"
+    assert choose_kernel("separable", m.decoder.positions, x, 64, True, False) == "sdpa"  # padding: the dense mask
+
+
+def test_query_entry_is_a_power_of_two_at_least_sqrt_d():
+    for dim in (4, 16, 24, 64, 72, 128):
+        entry = 2.0 ** math.ceil(math.log2(dim) / 2)
+        assert entry >= dim**0.5 and math.log2(entry).is_integer()
