@@ -15,8 +15,34 @@ from fairseq_alibi.alibi import alibi_mask, alibi_slopes
 from fairseq_alibi.kernels import KERNELS
 from fairseq_alibi.kernels.flex import alibi_block_mask, flex_attention_with_bias
 
-# Every method flex takes: all but FoX (its bias comes from each layer's input: sdpa only).
+# Every method flex takes: all but FoX (its bias comes from each layer's input: sdpa or separable).
+# T5 bias is refused by name on every device (its compiled backward failed on a GPU: GRADIENT_NOT_SHOWN);
+# its score function is tested here all the same, with the refusal lifted: on CPU it is exact.
 FLEX_METHODS = [name for name in METHODS if name != "fox"]
+
+
+@pytest.fixture(autouse=True)
+def score_functions_of_every_method(monkeypatch):
+    import fairseq_alibi.kernels.flex as flex
+
+    monkeypatch.setattr(flex, "GRADIENT_NOT_SHOWN", {})
+
+
+def test_t5_bias_through_flex_is_refused_in_one_line_until_a_gpu_shows_parity(monkeypatch):
+    import fairseq_alibi.kernels.flex as flex
+    from fairseq_alibi.base import ConfigError
+
+    monkeypatch.undo()
+    assert "t5_bias" in flex.GRADIENT_NOT_SHOWN
+    with pytest.raises(ConfigError, match="flex is not used for T5 bias: .*H100.*use sdpa or auto") as err:
+        with_kernel("t5_bias", "flex")
+    assert "\n" not in str(err.value.code)
+    m, _ = with_kernel("t5_bias", "auto")
+    with torch.no_grad():
+        from fairseq_alibi.kernels import choose_kernel
+
+        for length in (64, 2048):
+            assert choose_kernel("auto", m.decoder.positions, torch.zeros(1, 1, 32), length, False, False) != "flex"
 
 
 def with_kernel(variant, kernel, separator=None, *flags):
