@@ -25,20 +25,23 @@ Evaluation: forward (features and the adaptive softmax's target log-probabilitie
 nonoverlapping, and sliding windows (stride L_valid/2) batched 1 and 8 at a time; "forward" is
 the bare model forward of one sequence of L_valid tokens (no log-probabilities to dilute it).
 """
-import argparse
-import json
-import os
-import resource
-import subprocess
-import sys
 import time
 
-import torch
+STARTED = time.perf_counter()  # before torch's import: a job's "import" phase counts from here
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from provenance import emit, header  # noqa: E402
+from provenance import append_row, emit, header  # noqa: E402
 
 from fairseq_alibi.positions import METHODS  # noqa: E402  (the registry: no fairseq import)
 
@@ -53,7 +56,7 @@ TOKENS = 4096  # tokens per training batch (--max-tokens of the CPU recipe)
 
 def build(mode, arch, device, dtype, vocab=None):
     from fairseq_alibi.twins import SMALL_TWIN_FLAGS
-    from fairseq_alibi.build import build_model
+    from fairseq_alibi.build import build_model  # fairseq's import, the first time
 
     if mode == "sinusoidal":
         flags = SMALL_TWIN_FLAGS.split()[2:] if arch == "small" else []
@@ -126,11 +129,21 @@ def target_log_probs(model, features, target):
 
 
 def measure(job):
-    """One measurement: returns tokens/s and peak memory in MiB."""
+    """One measurement: tokens/s, peak memory in MiB, and where its time went: import (torch and,
+    the first time, fairseq), build (the model, moved to the device), warm-up (the first step:
+    compilation, the allocator's first blocks), measured (the timed steps)."""
     device = torch.device(job["device"])
     dtype = getattr(torch, job["dtype"])
     vocab, tokens = job.get("vocab") or VOCABS[job["arch"]], job.get("tokens") or TOKENS
+    began = time.perf_counter()
+    import fairseq  # noqa: F401  (the import phase, apart from the model's build)
+    imported = time.perf_counter()
+    if device.type == "cuda":  # jobs share a process on a GPU: each its own peak
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     model = build(job["mode"], job["arch"], device, dtype, vocab)
+    sync(device)
+    built = time.perf_counter()
     steps, warmup = job["steps"], 1
     if job["kind"] == "forward":
         model.eval()
@@ -174,7 +187,10 @@ def measure(job):
         peak = torch.cuda.max_memory_allocated() / 2**20
     else:
         peak = peak_rss_mib()
-    return {"tokens_per_s": scored / seconds, "peak_mib": peak}
+    del model
+    return {"tokens_per_s": scored / seconds, "peak_mib": peak,
+            "import_s": round(imported - (STARTED if job.get("fresh_process") else began), 3),
+            "build_s": round(built - imported, 3), "warmup_s": round(start - built, 3), "measured_s": round(seconds, 3)}
 
 
 def peak_rss_mib():
@@ -215,11 +231,13 @@ def paired_training(job):
 
 
 def run_job(job, in_process=False):
-    """One measurement in a fresh subprocess (its peak memory its own); in_process (the smoke
-    test: the same code, without a fairseq start-up per job) in this one."""
+    """One measurement in a fresh subprocess (on CPU: its peak memory, the process's high-water mark,
+    its own); in_process (on a GPU, whose peak resets per job, and the smoke test: the same code,
+    without a fairseq start-up per job) in this one."""
     if in_process:
         return {**job, **(paired_training(job) if job["kind"] == "paired" else measure(job))}
-    proc = subprocess.run([sys.executable, __file__, "--job", json.dumps(job)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, __file__, "--job", json.dumps({**job, "fresh_process": True})],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["killed"])[-1]
         return {**job, "error": "out of memory" if "memory" in tail.lower() or proc.returncode < 0 else tail}
@@ -319,6 +337,7 @@ def main():
     p.add_argument("--repeats", type=int, default=2, help="runs of each training configuration (best kept; 0: skip)")
     p.add_argument("--paired-steps", type=int, default=12, help="interleaved steps per mode, paired run")
     p.add_argument("--out", help="write the table with its provenance here (default: print only)")
+    p.add_argument("--rows", help="append each job's row here as JSON the moment it is measured")
     args = p.parse_args()
     if args.job:
         job = json.loads(args.job)
@@ -330,7 +349,14 @@ def main():
         args.lengths, args.eval_lengths, args.sliding_batches, args.steps, args.repeats = [64], [576], [], 1, 1
         args.paired_steps, args.vocab, args.tokens = 1, 10004, 256
     args.modes = ["sinusoidal"] + [m for m in args.modes if m != "sinusoidal"]
-    results = [run_job(job, in_process=args.smoke) for job in plan(args)]
+    in_process = args.smoke or args.device.startswith("cuda")
+    results = []
+    for job in plan(args):
+        results.append(run_job(job, in_process=in_process))
+        append_row(args.rows, results[-1])
+        print(f"[{time.perf_counter() - STARTED:.0f} s] {job['kind']} {job['mode']} L {job['length']}: "
+              + ", ".join(f"{k} {results[-1][k]}" for k in ("error", "import_s", "build_s", "warmup_s", "measured_s")
+                          if k in results[-1]), file=sys.stderr, flush=True)
     paired = [r for r in results if r["kind"] == "paired"]
     table = ratios(best_of_repeats([r for r in results if r["kind"] != "paired"]))
     text = (header(f"arch {args.arch}, {args.dtype}; best of {args.repeats} interleaved runs of {args.steps} steps "

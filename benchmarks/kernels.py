@@ -2,15 +2,19 @@
 """One causal self-attention call per method and kernel, against the floor: SDPA with is_causal
 and no bias (the fastest causal attention PyTorch has; no position bias at all).
 
-    python benchmarks/kernels.py --out benchmarks/kernels-gpu.md
+    python benchmarks/kernels.py --out benchmarks/kernels-gpu.md [--rows rows.jsonl]
 
 For each length, batch x length = --tokens, --heads heads of --head-dim (default: the paper's
 model, 8 heads of 128), random inputs in --dtype. "eval": forward without gradients; "train":
 forward and backward, the bias's own parameters included. Each call builds the method's bias as
 the model does once per forward (attention.attention_bias), then attends (the kernel's .attend, or
 SDPA with the dense mask); "ran as" is the kernel that ran (a kernel that cannot run an input
-leaves it to sdpa). Median of --repeats calls after two warm-ups (which compile flex), all in
-this process; speed and peak memory as ratios against the floor measured in the same run."""
+leaves it to sdpa). Paired: for one (length, mode), every (method, kernel) and the floor are
+warmed up (twice: flex compiles then), then timed in rounds, one call each per round in a rotating
+order, so that the machine's drift hits all alike; the median per configuration, speed and peak
+memory (GPU) as ratios against the floor of the same rounds. Each row is appended to --rows the
+moment its (length, mode) is measured, with where its time went (set-up, warm-up, timed calls).
+"""
 import argparse
 import os
 import statistics
@@ -22,7 +26,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from provenance import emit, header  # noqa: E402
+from provenance import append_row, emit, header  # noqa: E402
 from fairseq_alibi.attention import attention_bias  # noqa: E402
 from fairseq_alibi.kernels import KERNELS, choose_kernel  # noqa: E402
 from fairseq_alibi.kernels.sdpa import masked_attention  # noqa: E402
@@ -37,22 +41,52 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
-def measure(step, device, repeats):
-    """(median seconds, peak bytes above the start) of step()."""
-    for _ in range(2):
-        step()
+def timed(step, device):
     synchronize(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    start_bytes = torch.cuda.memory_allocated() if device.type == "cuda" else 0
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append(time.perf_counter() - t)
-    peak = torch.cuda.max_memory_allocated() - start_bytes if device.type == "cuda" else 0
-    return statistics.median(times), peak
+    start = time.perf_counter()
+    step()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def measure_paired(steps, device, repeats):
+    """{name: (median seconds, peak bytes above the start, warm-up seconds)} of the steps ({name:
+    step}), timed in rounds of one call each, the order rotated every round. Peak memory (GPU only)
+    comes from one extra call of each alone."""
+    names = list(steps)
+    warmup = {name: timed(steps[name], device) + timed(steps[name], device) for name in names}
+    times = {name: [] for name in names}
+    for round_ in range(repeats):
+        turn = round_ % len(names)
+        for name in names[turn:] + names[:turn]:
+            times[name].append(timed(steps[name], device))
+    peaks = {}
+    for name in names:
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            start_bytes = torch.cuda.memory_allocated()
+            timed(steps[name], device)
+            peaks[name] = torch.cuda.max_memory_allocated() - start_bytes
+        else:
+            peaks[name] = 0
+    return {name: (statistics.median(times[name]), peaks[name], warmup[name]) for name in names}
+
+
+def attention_step(positions, x, q, k, v, length, kernel, grad):
+    """One call: the bias built as the model builds it once per forward, then attention."""
+    def step():
+        with torch.set_grad_enabled(grad):
+            bias = attention_bias(positions, x, length, length, None, causal=True, kernel=kernel)
+            out = (bias.kernel.attend(q, k, v, 0.0) if bias.kernel is not None else
+                   masked_attention(q, k, v, bias.mask) if bias.mask is not None else
+                   torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+            if grad:
+                out.sum().backward()
+                q.grad = k.grad = v.grad = None
+    return step
+
+
+STARTED = time.perf_counter()
 
 
 def main():
@@ -67,6 +101,7 @@ def main():
     p.add_argument("--kernels", nargs="+", default=None, help="default: every kernel installed here")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--out", help="write the table with its provenance here (default: print only)")
+    p.add_argument("--rows", help="append each row here as JSON the moment it is measured")
     args = p.parse_args()
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     kernels = args.kernels or [name for name, k in KERNELS.items()
@@ -77,8 +112,10 @@ def main():
         shape = (batch, args.heads, length, args.head_dim)
         x = torch.zeros(1, 1, args.heads * args.head_dim, device=device, dtype=dtype)  # what choose_kernel reads
         for mode in ("eval", "train"):
+            set_up = time.perf_counter()
             grad = mode == "train"
             q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=grad) for _ in range(3))
+            steps, described = {}, {}
 
             def floor():
                 with torch.set_grad_enabled(grad):
@@ -86,9 +123,8 @@ def main():
                     if grad:
                         out.sum().backward()
 
-            floor_time, floor_peak = measure(floor, device, args.repeats)
-            rows.append(dict(length=length, batch=batch, mode=mode, method="(floor: no bias)", kernel="sdpa, is_causal",
-                             ran="sdpa", seconds=floor_time, peak=floor_peak, speed=1.0, memory=1.0))
+            steps["floor"] = floor
+            described["floor"] = dict(method="(floor: no bias)", kernel="sdpa, is_causal", ran="sdpa")
             for method in args.methods:
                 positions = build_method(method, METHODS[method].Config(), args.heads, args.head_dim,
                                          args.heads * args.head_dim).to(device)
@@ -97,26 +133,28 @@ def main():
                         continue
                     with torch.set_grad_enabled(grad):
                         ran = choose_kernel(kernel, positions, x, length, False, False)
-
-                    def step():
-                        with torch.set_grad_enabled(grad):
-                            bias = attention_bias(positions, x, length, length, None, causal=True, kernel=kernel)
-                            out = (bias.kernel.attend(q, k, v, 0.0) if bias.kernel is not None else
-                                   masked_attention(q, k, v, bias.mask) if bias.mask is not None else
-                                   torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
-                            if grad:
-                                out.sum().backward()
-
-                    try:
-                        seconds, peak = measure(step, device, args.repeats)
-                    except Exception as error:  # measured and said, not hidden: the row says why
-                        rows.append(dict(length=length, batch=batch, mode=mode, method=method, kernel=kernel, ran=ran,
-                                         error=f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"))
-                        continue
-                    rows.append(dict(length=length, batch=batch, mode=mode, method=method, kernel=kernel, ran=ran,
-                                     seconds=seconds, peak=peak, speed=floor_time / seconds,
-                                     memory=peak / floor_peak if floor_peak else None))
-                    q.grad = k.grad = v.grad = None
+                    steps[(method, kernel)] = attention_step(positions, x, q, k, v, length, kernel, grad)
+                    described[(method, kernel)] = dict(method=method, kernel=kernel, ran=ran)
+            set_up = time.perf_counter() - set_up
+            try:
+                measured = measure_paired(steps, device, args.repeats)
+            except Exception as error:  # measured and said, not hidden: the rows say why
+                measured = None
+                why = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+            floor_time, floor_peak = measured["floor"][:2] if measured else (None, None)
+            for name, about in described.items():
+                row = dict(length=length, batch=batch, mode=mode, **about, set_up_s=round(set_up, 3))
+                if measured is None:
+                    row["error"] = why
+                else:
+                    seconds, peak, warmup = measured[name]
+                    row.update(seconds=seconds, peak=peak, speed=floor_time / seconds,
+                               memory=peak / floor_peak if floor_peak else None, warmup_s=round(warmup, 3),
+                               timed_s=round(seconds * args.repeats, 3))
+                rows.append(row)
+                append_row(args.rows, row)
+            print(f"[{time.perf_counter() - STARTED:.0f} s] L {length} {mode}: {len(described)} configurations "
+                  f"(set-up {set_up:.1f} s)", file=sys.stderr, flush=True)
     lines = ["| L | batch | mode | method | kernel | ran as | ms | speed vs floor | peak MiB | memory vs floor |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -127,8 +165,8 @@ def main():
         memory = f"{r['memory']:.2f}" if r["memory"] else "-"
         lines.append(f"| {r['length']} | {r['batch']} | {r['mode']} | {r['method']} | {r['kernel']} | {r['ran']} | "
                      f"{r['seconds'] * 1e3:.2f} | {r['speed']:.3f} | {r['peak'] / 2**20:.0f} | {memory} |")
-    details = (f"{args.dtype}, {args.heads} heads of {args.head_dim}, {args.tokens} tokens per call; median of "
-               f"{args.repeats} calls after 2 warm-ups")
+    details = (f"{args.dtype}, {args.heads} heads of {args.head_dim}, {args.tokens} tokens per call; paired: median of "
+               f"{args.repeats} rounds (one call of each configuration per round, the order rotated) after 2 warm-ups")
     emit("\n".join([header(details, args.device), "", *lines, ""]), args.out, rows)
 
 

@@ -32,3 +32,14 @@ def emit(text, out, rows=None):
         if rows is not None:
             with written_whole(os.path.splitext(out)[0] + ".json") as partial, open(partial, "w") as f:
                 json.dump(rows, f, indent=1)
+
+
+def append_row(path, row):
+    """One result row appended to path (JSON lines) the moment it is measured, flushed to disk: a run
+    stopped at its limit (the device script's steps) keeps every row it had. None: nowhere."""
+    if not path:
+        return
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
