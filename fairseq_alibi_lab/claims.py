@@ -14,8 +14,17 @@ from one function (compare):
 - a test beside it, two-sided: a paired t test where both cells are the same checkpoints (one model
   at two lengths), else Welch's t test (independent runs);
 - the verdict, by the rule: "supported" or "refuted" by the direction the claim predicts where
-  separated, "not separated" where not ("supported (not separated)" for a claim that A is "at
-  most" B); "no verdict" below 3 seeds a side.
+  separated, "not separated" where not; for a claim that A is "at most" B (no worse), "no
+  difference shown" where not separated (a claim of no difference would need an equivalence margin
+  declared with it, and none is); "no verdict" below 3 seeds a side. Where the rule and the test
+  disagree (separated with p > 0.05, not separated with p < 0.05) the verdict says so;
+- beside each raw p, Holm's adjustment over every test of the table (one experiment's claims: the
+  family), and a line saying how many were tested;
+- when the claim was declared: the commit that first wrote it into this file (git log -S), and
+  "post hoc" where that came after the first row of its cells (Claim.after_data; a scoring added
+  later, SCORINGS_DECLARED, makes its lines post hoc where it came after the experiment's first row).
+  `scripts/claims.py RESULTS --experiment NAME --audit` recomputes both from git history and the
+  rows' commits; tests/test_claims.py checks them for every committed experiment.
 A claim that A is "lower" is on perplexity; "higher" on exact match.
 Prints the Markdown table (and writes it to --out if given).
 """
@@ -35,108 +44,110 @@ class Claim:
     relation: str  # "lower": a's value is below b's; "at most": not above it; "higher": above it
     strides: tuple = ("0", "L_valid/2")  # the scorings: stride rules, or EXACT_MATCH
     scoring: str = ""  # the scoring's name where a stride rule's would mislead (the streams)
+    declared: str = ""  # the commit that first wrote the claim here ("": not yet committed)
+    after_data: bool = False  # declared after the first row of its cells: post hoc (--audit checks it)
 
 
 CLAIMS = (
-    Claim("KERPLE (log) extrapolates better than ALiBi", ("KERPLE log", 16), ("ALiBi", 16), "lower"),
-    Claim("FIRE extrapolates better than ALiBi", ("FIRE", 16), ("ALiBi", 16), "lower"),
+    Claim("KERPLE (log) extrapolates better than ALiBi", ("KERPLE log", 16), ("ALiBi", 16), "lower", declared="eced153", after_data=True),
+    Claim("FIRE extrapolates better than ALiBi", ("FIRE", 16), ("ALiBi", 16), "lower", declared="eced153", after_data=True),
     # The same at 8L, the longest the second scale (scale2, L=512) is scored at.
-    Claim("KERPLE (log) extrapolates better than ALiBi (8L)", ("KERPLE log", 8), ("ALiBi", 8), "lower"),
-    Claim("FIRE extrapolates better than ALiBi (8L)", ("FIRE", 8), ("ALiBi", 8), "lower"),
+    Claim("KERPLE (log) extrapolates better than ALiBi (8L)", ("KERPLE log", 8), ("ALiBi", 8), "lower", declared="14acbae", after_data=True),
+    Claim("FIRE extrapolates better than ALiBi (8L)", ("FIRE", 8), ("ALiBi", 8), "lower", declared="14acbae", after_data=True),
     Claim("YaRN closes rotary's gap past L (rotary + YaRN at 8L no worse than ALiBi)", ("Rotary + YaRN", 8),
-          ("ALiBi", 8), "at most"),
+          ("ALiBi", 8), "at most", declared="14acbae", after_data=True),
     # With a sliding window every token scored at 16L sees at least 8L tokens before it; at L,
     # at least L/2. Lower at 16L: the model uses context beyond its training length.
-    Claim("Sandwich uses context beyond L", ("Sandwich", 16), ("Sandwich", 1), "lower", ("L_valid/2",)),
+    Claim("Sandwich uses context beyond L", ("Sandwich", 16), ("Sandwich", 1), "lower", ("L_valid/2",), declared="eced153"),
     Claim("ALiBi uses context beyond L (the paper's claim, for reference)", ("ALiBi", 16), ("ALiBi", 1), "lower",
-          ("L_valid/2",)),
-    Claim("NoPE generalises in length (2L no worse than L)", ("NoPE", 2), ("NoPE", 1), "at most"),
-    Claim("NoPE generalises in length (16L no worse than L)", ("NoPE", 16), ("NoPE", 1), "at most"),
+          ("L_valid/2",), declared="eced153", after_data=True),
+    Claim("NoPE generalises in length (2L no worse than L)", ("NoPE", 2), ("NoPE", 1), "at most", declared="eced153", after_data=True),
+    Claim("NoPE generalises in length (16L no worse than L)", ("NoPE", 16), ("NoPE", 1), "at most", declared="eced153", after_data=True),
     Claim("YaRN closes rotary's gap past L (rotary + YaRN at 16L no worse than ALiBi)", ("Rotary + YaRN", 16),
-          ("ALiBi", 16), "at most"),
-    Claim("YaRN improves rotary past L", ("Rotary + YaRN", 16), ("Rotary", 16), "lower"),
+          ("ALiBi", 16), "at most", declared="eced153", after_data=True),
+    Claim("YaRN improves rotary past L", ("Rotary + YaRN", 16), ("Rotary", 16), "lower", declared="eced153", after_data=True),
     # The paper (section 3) tried trainable slopes and kept fixed ones: learning them does not help.
     Claim("Learned slopes do not help (ALiBi at L no worse than ALiBi with learned slopes)", ("ALiBi", 1),
-          ("ALiBi, learned slopes", 1), "at most"),
+          ("ALiBi, learned slopes", 1), "at most", declared="062d77b", after_data=True),
     Claim("Learned slopes do not help past L (ALiBi at 16L no worse than learned slopes)", ("ALiBi", 16),
-          ("ALiBi, learned slopes", 16), "at most"),
+          ("ALiBi, learned slopes", 16), "at most", declared="062d77b", after_data=True),
     # What docs/comparison.md reads off the tables, each checked the same way.
-    Claim("ALiBi beats the sinusoidal model at L (the main job's question)", ("ALiBi", 1), ("Sinusoidal", 1), "lower"),
-    Claim("KERPLE power beats KERPLE log at L", ("KERPLE power", 1), ("KERPLE log", 1), "lower"),
-    Claim("Rotary holds to 2L (2L no worse than L)", ("Rotary", 2), ("Rotary", 1), "at most"),
-    Claim("Linear interpolation improves rotary past L", ("Rotary + linear interp.", 16), ("Rotary", 16), "lower"),
-    Claim("YaRN improves rotary past L more than NTK", ("Rotary + YaRN", 16), ("Rotary + NTK", 16), "lower"),
+    Claim("ALiBi beats the sinusoidal model at L (the main job's question)", ("ALiBi", 1), ("Sinusoidal", 1), "lower", declared="322d864", after_data=True),
+    Claim("KERPLE power beats KERPLE log at L", ("KERPLE power", 1), ("KERPLE log", 1), "lower", declared="322d864", after_data=True),
+    Claim("Rotary holds to 2L (2L no worse than L)", ("Rotary", 2), ("Rotary", 1), "at most", declared="322d864", after_data=True),
+    Claim("Linear interpolation improves rotary past L", ("Rotary + linear interp.", 16), ("Rotary", 16), "lower", declared="322d864", after_data=True),
+    Claim("YaRN improves rotary past L more than NTK", ("Rotary + YaRN", 16), ("Rotary + NTK", 16), "lower", declared="322d864", after_data=True),
     Claim("NTK rescaling of ALiBi's slopes costs perplexity at 16L (ALiBi below it)", ("ALiBi", 16),
-          ("ALiBi + NTK", 16), "lower"),
+          ("ALiBi + NTK", 16), "lower", declared="322d864", after_data=True),
     Claim("Dynamic NTK rescaling of ALiBi's slopes costs perplexity at 16L (ALiBi below it)", ("ALiBi", 16),
-          ("ALiBi + dynamic NTK", 16), "lower"),
+          ("ALiBi + dynamic NTK", 16), "lower", declared="322d864", after_data=True),
     # FoX's paper: the forget gate (data-dependent ALiBi) models language better and extrapolates.
-    Claim("FoX's forget gate improves on ALiBi at L", ("FoX (forget gate)", 1), ("ALiBi", 1), "lower"),
-    Claim("FoX's forget gate extrapolates better than ALiBi", ("FoX (forget gate)", 16), ("ALiBi", 16), "lower"),
+    Claim("FoX's forget gate improves on ALiBi at L", ("FoX (forget gate)", 1), ("ALiBi", 1), "lower", declared="062d77b", after_data=True),
+    Claim("FoX's forget gate extrapolates better than ALiBi", ("FoX (forget gate)", 16), ("ALiBi", 16), "lower", declared="062d77b", after_data=True),
 )
 # Other experiments' comparisons, as their results READMEs make them (claims.md beside their rows).
 DOCUMENTS = tuple(
     Claim(f"Training with documents apart lowers {method}'s perplexity{where} (each scored its own way)",
-          (f"{method}, trained apart, scored apart", k), (f"{method}, scored packed", k), "lower")
+          (f"{method}, trained apart, scored apart", k), (f"{method}, scored packed", k), "lower", declared="fde6ad2", after_data=True)
     for method in ("ALiBi", "Rotary") for k, where in ((1, " at L"), (16, " at 16L")))
 CONVERSION = (
     Claim("Distillation recovers the conversion better than cross entropy (at L)", ("Converted + 200 distill", 1),
-          ("Converted + 200 CE", 1), "lower"),
+          ("Converted + 200 CE", 1), "lower", declared="fde6ad2", after_data=True),
     Claim("Distillation recovers the conversion better than cross entropy (at 16L)", ("Converted + 200 distill", 16),
-          ("Converted + 200 CE", 16), "lower"),
+          ("Converted + 200 CE", 16), "lower", declared="fde6ad2", after_data=True),
     Claim("The distilled conversion is below the teacher continued as long (at L)", ("Converted + 200 distill", 1),
-          ("Sinusoidal teacher continued (+ 200)", 1), "lower"),
+          ("Sinusoidal teacher continued (+ 200)", 1), "lower", declared="fde6ad2", after_data=True),
     Claim("The distilled conversion is below the teacher continued as long (at 16L)", ("Converted + 200 distill", 16),
-          ("Sinusoidal teacher continued (+ 200)", 16), "lower"),
+          ("Sinusoidal teacher continued (+ 200)", 16), "lower", declared="4a794b6", after_data=True),
     Claim("Cross entropy's conversion is below the teacher continued as long (at L)", ("Converted + 200 CE", 1),
-          ("Sinusoidal teacher continued (+ 200)", 1), "lower"),
+          ("Sinusoidal teacher continued (+ 200)", 1), "lower", declared="fde6ad2", after_data=True),
     Claim("Cross entropy's conversion is below the teacher continued as long (at 2L)", ("Converted + 200 CE", 2),
-          ("Sinusoidal teacher continued (+ 200)", 2), "lower"),
+          ("Sinusoidal teacher continued (+ 200)", 2), "lower", declared="4a794b6", after_data=True),
     Claim("Cross entropy's conversion is below the teacher continued as long (at 16L)", ("Converted + 200 CE", 16),
-          ("Sinusoidal teacher continued (+ 200)", 16), "lower"),
+          ("Sinusoidal teacher continued (+ 200)", 16), "lower", declared="4a794b6", after_data=True),
     Claim("ALiBi from scratch for as many updates beats the distilled conversion (at L)", ("ALiBi from scratch (1600)", 1),
-          ("Converted + 200 distill", 1), "lower"),
+          ("Converted + 200 distill", 1), "lower", declared="fde6ad2", after_data=True),
     Claim("ALiBi from scratch for as many updates beats the distilled conversion (at 16L)", ("ALiBi from scratch (1600)", 16),
-          ("Converted + 200 distill", 16), "lower"),
+          ("Converted + 200 distill", 16), "lower", declared="fde6ad2", after_data=True),
 )
 # A GPT-2 given ALiBi (gpt2-alibi): its GPT-2's learned positions end at L, so the GPT-2 is compared at L.
 IMPORTED, CONTINUED = "GPT-2 (imported)", "GPT-2 continued"
 CONVERTED, CE, DISTILLED = ("GPT-2 -> ALiBi, converted", "GPT-2 -> ALiBi, recovered",
                             "GPT-2 -> ALiBi, recovered with distillation")
 GPT2_ALIBI = (
-    Claim("Dropping the positions costs the GPT-2 at L (imported below converted)", (IMPORTED, 1), (CONVERTED, 1), "lower"),
-    Claim("Distillation recovers the conversion better than cross entropy (at L)", (DISTILLED, 1), (CE, 1), "lower"),
-    Claim("Distillation recovers the conversion better than cross entropy (at 16L)", (DISTILLED, 16), (CE, 16), "lower"),
-    Claim("The distilled conversion is no worse than the imported GPT-2 at L", (DISTILLED, 1), (IMPORTED, 1), "at most"),
-    Claim("The distilled conversion is below the GPT-2 continued as long (at L)", (DISTILLED, 1), (CONTINUED, 1), "lower"),
-    Claim("Cross entropy's conversion is below the GPT-2 continued as long (at L)", (CE, 1), (CONTINUED, 1), "lower"),
+    Claim("Dropping the positions costs the GPT-2 at L (imported below converted)", (IMPORTED, 1), (CONVERTED, 1), "lower", declared="f35756f", after_data=True),
+    Claim("Distillation recovers the conversion better than cross entropy (at L)", (DISTILLED, 1), (CE, 1), "lower", declared="f35756f", after_data=True),
+    Claim("Distillation recovers the conversion better than cross entropy (at 16L)", (DISTILLED, 16), (CE, 16), "lower", declared="f35756f", after_data=True),
+    Claim("The distilled conversion is no worse than the imported GPT-2 at L", (DISTILLED, 1), (IMPORTED, 1), "at most", declared="f35756f", after_data=True),
+    Claim("The distilled conversion is below the GPT-2 continued as long (at L)", (DISTILLED, 1), (CONTINUED, 1), "lower", declared="f35756f", after_data=True),
+    Claim("Cross entropy's conversion is below the GPT-2 continued as long (at L)", (CE, 1), (CONTINUED, 1), "lower", declared="f35756f", after_data=True),
     Claim("The distilled conversion does not degrade past L (16L no worse than L)", (DISTILLED, 16), (DISTILLED, 1),
-          "at most"),
+          "at most", declared="f35756f", after_data=True),
     Claim("Continuing the GPT-2 with the recipe's schedule sets it back (imported below continued, at L)", (IMPORTED, 1),
-          (CONTINUED, 1), "lower"),
+          (CONTINUED, 1), "lower", declared="f35756f", after_data=True),
 )
 # The masked LMs are scored nonoverlapping only.
 LITTLEBIRD = tuple(claim for k, where in ((1, "at L"), (16, "at 16L")) for claim in (
     Claim(f"LittleBird's sparse window costs nothing against the dense BiALiBi encoder ({where})", ("LittleBird", k),
-          ("ALiBi bialibi", k), "at most", ("0",)),
+          ("ALiBi bialibi", k), "at most", ("0",), declared="30378a6", after_data=True),
     Claim(f"Padding insertion improves LittleBird ({where})", ("LittleBird + padding insertion", k), ("LittleBird", k),
-          "lower", ("0",)))) + (
-    Claim("LittleBird extrapolates (16L below L)", ("LittleBird", 16), ("LittleBird", 1), "lower", ("0",)),)
+          "lower", ("0",), declared="30378a6", after_data=True))) + (
+    Claim("LittleBird extrapolates (16L below L)", ("LittleBird", 16), ("LittleBird", 1), "lower", ("0",), declared="30378a6", after_data=True),)
 LITTLEBIRD_LONG = (
     Claim("LittleBird trained at 512 costs nothing against the dense encoder (at L)", ("LittleBird", 1),
-          ("ALiBi bialibi", 1), "at most", ("0",)),
+          ("ALiBi bialibi", 1), "at most", ("0",), declared="30378a6", after_data=True),
     Claim("LittleBird trained at 512 costs nothing against the dense encoder (at 8L)", ("LittleBird", 8),
-          ("ALiBi bialibi", 8), "at most", ("0",)),
-    Claim("LittleBird trained at 512 extrapolates (8L below L)", ("LittleBird", 8), ("LittleBird", 1), "lower", ("0",)),
+          ("ALiBi bialibi", 8), "at most", ("0",), declared="30378a6", after_data=True),
+    Claim("LittleBird trained at 512 extrapolates (8L below L)", ("LittleBird", 8), ("LittleBird", 1), "lower", ("0",), declared="30378a6", after_data=True),
 )
 # The masked LMs of the bidirectional comparison (nonoverlapping; masked-token perplexity).
 MLM_VARIANTS = ("ALiBi symmetric", "ALiBi ruoss", "ALiBi bialibi", "ALiBi learned", "ALiBi one_sided")
 MLM = tuple(
-    Claim(f"The {twin} twin degrades past L (L below 16L)", (label, 1), (label, 16), "lower", ("0",))
+    Claim(f"The {twin} twin degrades past L (L below 16L)", (label, 1), (label, 16), "lower", ("0",), declared="fc7569c", after_data=True)
     for twin, label in (("sinusoidal", "Sinusoidal"), ("learned-position", "Learned positions"))) + tuple(
-    Claim(f"{label} does not degrade past L (16L at most L)", (label, 16), (label, 1), "at most", ("0",))
+    Claim(f"{label} does not degrade past L (16L at most L)", (label, 16), (label, 1), "at most", ("0",), declared="fc7569c", after_data=True)
     for label in MLM_VARIANTS) + tuple(
-    Claim(f"{a} is below {b} at L", (a, 1), (b, 1), "lower", ("0",)) for a, b in (
+    Claim(f"{a} is below {b} at L", (a, 1), (b, 1), "lower", ("0",), declared="fc7569c", after_data=True) for a, b in (
         ("ALiBi one_sided", "ALiBi learned"), ("ALiBi learned", "ALiBi bialibi"), ("ALiBi bialibi", "ALiBi ruoss"),
         ("ALiBi ruoss", "ALiBi symmetric")))
 # The synthetic tasks: exact match at 21-40, up to twice the training sizes (1-20).
@@ -144,9 +155,9 @@ EXACT_MATCH = "exact match"
 PAST = "21-40"
 SYNTHETIC = tuple(
     Claim(f"{label} beats the sinusoidal twin on {task} past the training sizes", (label, task, PAST),
-          ("Sinusoidal", task, PAST), "higher", (EXACT_MATCH,))
+          ("Sinusoidal", task, PAST), "higher", (EXACT_MATCH,), declared="fc7569c", after_data=True)
     for task in ("copy", "reverse") for label in MLM_VARIANTS) + tuple(
-    Claim(f"{a} beats {b} on {task} past the training sizes", (a, task, PAST), (b, task, PAST), "higher", (EXACT_MATCH,))
+    Claim(f"{a} beats {b} on {task} past the training sizes", (a, task, PAST), (b, task, PAST), "higher", (EXACT_MATCH,), declared="fc7569c", after_data=True)
     for task, a, b in (
         ("reverse", "ALiBi one_sided", "ALiBi bialibi"), ("reverse", "ALiBi one_sided", "ALiBi learned"),
         ("reverse", "ALiBi one_sided", "ALiBi symmetric"), ("reverse", "ALiBi one_sided", "ALiBi ruoss"),
@@ -158,15 +169,15 @@ SYNTHETIC = tuple(
 # each scored nonoverlapping.
 TRADE = tuple(
     Claim(f"The sinusoidal model trained at {t}L is no worse at its own length than the one trained at L",
-          ("Sinusoidal", t, t), ("Sinusoidal", 1), "at most", ("0",)) for t in (2, 4, 16)) + (
+          ("Sinusoidal", t, t), ("Sinusoidal", 1), "at most", ("0",), declared="e5502a7", after_data=True) for t in (2, 4, 16)) + (
     Claim("ALiBi trained at L beats, at 16L, the sinusoidal model trained at 16L", ("ALiBi", 16), ("Sinusoidal", 16, 16),
-          "lower", ("0",)),
+          "lower", ("0",), declared="e5502a7", after_data=True),
     Claim("ALiBi trained at L, scored at 16L, beats the sinusoidal model trained and scored at L", ("ALiBi", 16),
-          ("Sinusoidal", 1), "lower", ("0",)),
+          ("Sinusoidal", 1), "lower", ("0",), declared="e5502a7", after_data=True),
     Claim("At 4096 tokens per update, L beats 2L (64 against 32 sequences per update)", ("Sinusoidal at L, 2x tokens", 1),
-          ("Sinusoidal, sequences per update fixed", 2, 2), "lower", ("0",)),
+          ("Sinusoidal, sequences per update fixed", 2, 2), "lower", ("0",), declared="e5502a7", after_data=True),
     Claim("At 8192 tokens per update, L beats 4L (128 against 32 sequences per update)", ("Sinusoidal at L, 4x tokens", 1),
-          ("Sinusoidal, sequences per update fixed", 4, 4), "lower", ("0",)),
+          ("Sinusoidal, sequences per update fixed", 4, 4), "lower", ("0",), declared="e5502a7", after_data=True),
 )
 # Streaming (stream_eval.py): each stream a cell of its own beside the model's blocks at L, on the
 # same checkpoints (a paired test). StreamingLLM's finding is that a softmax model evicting its first
@@ -174,15 +185,15 @@ TRADE = tuple(
 EVERY_TOKEN_ONCE = "every token once (blocks of L, or the stream)"
 STREAMING = (
     Claim("ALiBi streamed through a cache of L (window only) beats blocks of L", ("ALiBi, stream, window only", 1),
-          ("ALiBi", 1), "lower", ("0",), EVERY_TOKEN_ONCE),
+          ("ALiBi", 1), "lower", ("0",), EVERY_TOKEN_ONCE, declared="737e32a"),
     Claim("ALiBi needs no attention sink (window only no worse than 4 sinks)", ("ALiBi, stream, window only", 1),
-          ("ALiBi, stream, 4 sinks", 1), "at most", ("0",), EVERY_TOKEN_ONCE),
+          ("ALiBi, stream, 4 sinks", 1), "at most", ("0",), EVERY_TOKEN_ONCE, declared="737e32a"),
     Claim("Rotary needs an attention sink (4 sinks beat window only)", ("Rotary, stream, 4 sinks", 1),
-          ("Rotary, stream, window only", 1), "lower", ("0",), EVERY_TOKEN_ONCE),
+          ("Rotary, stream, window only", 1), "lower", ("0",), EVERY_TOKEN_ONCE, declared="737e32a"),
     Claim("ALiBi streams better than rotary (window only)", ("ALiBi, stream, window only", 1),
-          ("Rotary, stream, window only", 1), "lower", ("0",), EVERY_TOKEN_ONCE),
+          ("Rotary, stream, window only", 1), "lower", ("0",), EVERY_TOKEN_ONCE, declared="737e32a"),
     Claim("ALiBi streams better than rotary (4 sinks)", ("ALiBi, stream, 4 sinks", 1), ("Rotary, stream, 4 sinks", 1),
-          "lower", ("0",), EVERY_TOKEN_ONCE),
+          "lower", ("0",), EVERY_TOKEN_ONCE, declared="737e32a"),
 )
 # Retrieval past L (retrieval.py's rows: a cell is (model + scaling, task, K), exact match in percent at
 # K x L averaged over the five depths): the field's claims, as issue 47 states them.
@@ -190,37 +201,51 @@ RETRIEVAL_TASKS = ("passkey", "multikey", "kvlookup")
 RETRIEVAL_SCORINGS = {name: field for field, name in RETRIEVAL_METRICS.items()}  # a scoring: its retrieval row field
 RETRIEVAL = tuple(claim for task in RETRIEVAL_TASKS for claim in (
     Claim(f"ALiBi fails past L ({task}: L above 4L)", ("ALiBi", task, 1), ("ALiBi", task, 4), "higher",
-          tuple(RETRIEVAL_SCORINGS)),
+          tuple(RETRIEVAL_SCORINGS), declared="19b3696"),
     Claim(f"NTK-ALiBi widens ALiBi's field ({task} at 4L)", ("ALiBi + NTK", task, 4), ("ALiBi", task, 4), "higher",
-          tuple(RETRIEVAL_SCORINGS)),
+          tuple(RETRIEVAL_SCORINGS), declared="19b3696"),
     Claim(f"Rotary + NTK retrieves further than ALiBi ({task} at 4L)", ("Rotary + NTK", task, 4), ("ALiBi", task, 4),
-          "higher", tuple(RETRIEVAL_SCORINGS)),
+          "higher", tuple(RETRIEVAL_SCORINGS), declared="19b3696"),
     Claim(f"Rotary + YaRN retrieves further than ALiBi ({task} at 4L)", ("Rotary + YaRN", task, 4), ("ALiBi", task, 4),
-          "higher", tuple(RETRIEVAL_SCORINGS))))
-EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "trade": TRADE, "documents": DOCUMENTS, "conversion": CONVERSION, "littlebird": LITTLEBIRD,
+          "higher", tuple(RETRIEVAL_SCORINGS), declared="19b3696")))
+# The second scale (scale2) asks the comparison's claims of its own rows, which came after some of them
+# were declared (its first rows: commit 7e17a0d, 2026-11-26 16:53).
+SCALE2 = tuple(dataclasses.replace(claim, after_data=claim.declared in ("14acbae", "322d864")) for claim in CLAIMS)
+EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "scale2": SCALE2, "trade": TRADE, "documents": DOCUMENTS, "conversion": CONVERSION, "littlebird": LITTLEBIRD,
                      "littlebird-long": LITTLEBIRD_LONG, "mlm": MLM, "synthetic": SYNTHETIC,
                      "gpt2-alibi": GPT2_ALIBI, "streaming": STREAMING, "retrieval": RETRIEVAL}
 SEEDS = 3
 
 
+# Where the descriptive rule and the two-sided test are said to disagree.
+ALPHA = 0.05
+
+
 def compare(a, b, relation, seeds=SEEDS):
-    """(rule, test, verdict) on "a relation b", a and b {checkpoint: perplexity} (one run per seed)."""
+    """(rule, test, verdict, p) on "a relation b", a and b {checkpoint: value} (one run per seed); p
+    the test's (None where there is none)."""
     if not a or not b:
-        return "", "", "no verdict (a cell not scored)"
+        return "", "", "no verdict (a cell not scored)", None
     if min(len(a), len(b)) < seeds:
-        return "", "", f"no verdict (n = {len(a)} and {len(b)}: the rule asks for {seeds} seeds a side)"
+        return "", "", f"no verdict (n = {len(a)} and {len(b)}: the rule asks for {seeds} seeds a side)", None
     (mean_a, std_a), (mean_b, std_b) = results.mean_std(list(a.values())), results.mean_std(list(b.values()))
     separated = abs(mean_a - mean_b) > std_a + std_b
     rule = "separated by the seeds' spread" if separated else "within the seeds' spread"
     if not separated:
-        verdict = "supported (not separated)" if relation == "at most" else "not separated"
+        verdict = "no difference shown" if relation == "at most" else "not separated"
     else:
         verdict = "supported" if (mean_a > mean_b if relation == "higher" else mean_a < mean_b) else "refuted"
-    return rule, t_test(a, b), verdict
+    test, p = t_test(a, b)
+    if p is not None and separated and p > ALPHA:
+        verdict += f"; the test disagrees (p > {ALPHA})"
+    elif p is not None and not separated and p < ALPHA:
+        verdict += f"; the test disagrees (p < {ALPHA})"
+    return rule, test, verdict, p
 
 
 def t_test(a, b):
-    """Two-sided p of a paired t test where a and b are the same checkpoints, else of Welch's."""
+    """(what, p): the two-sided p of a paired t test where a and b are the same checkpoints, else of
+    Welch's; p None where the seeds do not spread."""
     from scipy import stats
 
     if set(a) == set(b):
@@ -228,7 +253,17 @@ def t_test(a, b):
     else:
         name, result = "Welch t", stats.ttest_ind(list(a.values()), list(b.values()), equal_var=False)
     p = float(result.pvalue)
-    return f"{name}, p = {p:.2g}" if p == p else f"{name}: no spread, p undefined"
+    return (f"{name}, p = {p:.2g}", p) if p == p else (f"{name}: no spread, p undefined", None)
+
+
+def holm(pvalues):
+    """Holm's step-down adjustment of the p values (None: no test, left out of the family)."""
+    ranked = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    adjusted, running = [None] * len(pvalues), 0.0
+    for rank, (p, i) in enumerate(ranked):
+        running = max(running, min(1.0, (len(ranked) - rank) * p))
+        adjusted[i] = running
+    return adjusted
 
 
 def one_run_per_seed(runs, run, label, seed, checkpoint):
@@ -290,14 +325,17 @@ def retrieval_cells(rows):
     return out, min((key[3] for key in out), default=None)
 
 
-def retrieval_table(rows, claims=RETRIEVAL):
-    """The claims' table on the retrieval experiment's rows, for each of their scorings."""
-    found, length = retrieval_cells(rows)
-
+def retrieval_locate(length):
     def locate(cell, scoring):
         name, task, k = cell
         return (scoring, name, task, k * length), f"{name}, {task} at {k * length}"
-    return "\n".join(HEADER + [line for claim in claims for line in lines(found, locate, claim)]) + "\n"
+    return locate
+
+
+def retrieval_table(rows, claims=RETRIEVAL):
+    """The claims' table on the retrieval experiment's rows, for each of their scorings."""
+    found, length = retrieval_cells(rows)
+    return render(found, retrieval_locate(length), claims)
 
 
 def locate_accuracy(cell, scoring):
@@ -306,40 +344,113 @@ def locate_accuracy(cell, scoring):
 
 
 SCORINGS = {"0": "nonoverlapping", EXACT_MATCH: "exact match (%)", **{name: f"{name} (%)" for name in RETRIEVAL_SCORINGS}}
+# A scoring declared after its experiment's first rows: (commit, after the data). Retrieval's first key
+# word was added once exact match had been seen near zero (its rows of seed 1, commit 64e39cd).
+SCORINGS_DECLARED = {"first key word": ("0171b47", True)}
+
+
+def declaration(claim, scoring):
+    """The table's "declared" cell of one claim's line: its commit, and "post hoc" where the claim or
+    this scoring was declared after the data."""
+    if not claim.declared:
+        return "not declared (asked after the data)"
+    commit, after = SCORINGS_DECLARED.get(scoring, (claim.declared, False))
+    post_hoc = claim.after_data or after
+    when = f"`{claim.declared}`" + (f", scoring `{commit}`" if scoring in SCORINGS_DECLARED else "")
+    return when + (", post hoc" if post_hoc else ", before the data")
 
 
 def lines(found, locate, claim):
-    """The claim's table lines, one per scoring."""
+    """The claim's lines, one per scoring, as (cells of the table, p): Holm's column is filled by render."""
     out = []
     for scoring in claim.strides:
         sides = [(found.get(key, {}), name) for key, name in (locate(cell, scoring) for cell in (claim.a, claim.b))]
         shown = [f"{name}: {results.cell(list(values.values()), len(values))} (n={len(values)})" if values
                  else f"{name}: not scored" for values, name in sides]
-        rule, test, verdict = compare(sides[0][0], sides[1][0], claim.relation)
+        rule, test, verdict, p = compare(sides[0][0], sides[1][0], claim.relation)
         named = claim.scoring or SCORINGS.get(scoring, f"sliding, stride {scoring}")
-        out.append(f"| {claim.text} | {named} | {shown[0]} | {shown[1]} "
-                   f"| {rule} | {test} | {verdict} |")
+        out.append(([claim.text, declaration(claim, scoring), named, *shown, rule, test], verdict, p))
     return out
 
 
-HEADER = ["| claim | scoring | A | B | the seeds' spread (descriptive) | test (two-sided) | verdict |",
-          "|---|---|---|---|---|---|---|"]
+HEADER = ["| claim | declared | scoring | A | B | the seeds' spread (descriptive) | test (two-sided) | Holm p | verdict |",
+          "|---|---|---|---|---|---|---|---|---|"]
+
+
+def render(found, locate, claims):
+    """The claims' table: one line per claim and scoring, Holm's adjustment over every test in it,
+    then how many were tested and how many were declared after the data."""
+    made = [line for claim in claims for line in lines(found, locate, claim)]
+    adjusted = holm([p for _, _, p in made])
+    body = [f"| {' | '.join(cells)} | {'' if q is None else f'{q:.2g}'} | {verdict} |"
+            for (cells, verdict, _), q in zip(made, adjusted)]
+    tested = sum(q is not None for q in adjusted)
+    post_hoc = sum(", post hoc" in cells[1] for cells, _, _ in made)
+    return "\n".join(HEADER + body + [
+        "", f"{len(made)} comparisons (claim x scoring), {tested} with a test: Holm's adjustment is over those {tested}; "
+        f"{post_hoc} of the {len(made)} were declared after the first row of their cells (post hoc). The verdict is the "
+        f"seeds' spread's (a description); where the test's raw p says otherwise at {ALPHA}, the verdict says so."]) + "\n"
 
 
 def table(rows, claims=CLAIMS):
     """The claims' table on perplexity rows (results.load's)."""
     found, length = cells(rows)
-    return "\n".join(HEADER + [line for claim in claims for line in lines(found, perplexity_cells(length), claim)]) + "\n"
+    return render(found, perplexity_cells(length), claims)
 
 
 def accuracy_table(rows, claims=SYNTHETIC):
     """The claims' table on the synthetic tasks' exact-match rows."""
-    found = accuracy_cells(rows)
-    return "\n".join(HEADER + [line for claim in claims for line in lines(found, locate_accuracy, claim)]) + "\n"
+    return render(accuracy_cells(rows), locate_accuracy, claims)
 
 
 # How --compare names a claim's relation (Claim.relation's values).
 RELATION_WORDS = {"lower": "below", "at most": "at most", "higher": "above"}
+
+
+def git_date(commit):
+    """The author date of a commit (a row's "abc1234+changes": its base commit), from git; None where
+    the history does not hold it."""
+    import subprocess
+
+    done = subprocess.run(["git", "show", "-s", "--format=%aI", commit.split("+")[0]], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+
+
+def audit(found, locate, claims, paths, date=git_date):
+    """(report, disagreements): for each claim, the date of its declaring commit against the first row
+    of its cells (the earliest commit of any row of the checkpoints they hold, in the files `paths`),
+    post hoc where it came after, and whether Claim.after_data says the same; a scoring of
+    SCORINGS_DECLARED against the first row of the whole experiment."""
+    from fairseq_alibi.files import read_rows
+
+    first = {}  # checkpoint -> (date, commit) of its earliest row
+    for path in paths:
+        for row in read_rows(path):
+            when = date(row["commit"]) if row.get("commit") else None
+            key = row.get("checkpoint")
+            if when and (key not in first or when < first[key][0]):
+                first[key] = (when, row["commit"])
+    experiment_first = min(first.values(), default=None)
+    lines_, wrong = ["| claim | declared | its date | first row of its cells | its date | post hoc | claims.py says |",
+                     "|---|---|---|---|---|---|---|"], 0
+    for claim in claims:
+        held = {c for scoring in claim.strides for cell in (claim.a, claim.b) for c in found.get(locate(cell, scoring)[0], {})}
+        earliest = min((first[c] for c in held if c in first), default=None)
+        declared = date(claim.declared) if claim.declared else None
+        after = bool(declared and earliest and declared > earliest[0])
+        agrees = after == claim.after_data or earliest is None
+        wrong += not agrees
+        lines_.append(f"| {claim.text} | {claim.declared or '-'} | {declared or '-'} | {earliest[1] if earliest else '-'} | "
+                      f"{earliest[0] if earliest else '-'} | {'yes' if after else 'no'} | "
+                      f"{'the same' if agrees else 'after_data=' + str(claim.after_data) + ': wrong'} |")
+    for scoring, (commit, after_data) in SCORINGS_DECLARED.items():
+        if any(scoring in claim.strides for claim in claims) and experiment_first:
+            after = date(commit) > experiment_first[0]
+            wrong += after != after_data
+            lines_.append(f"| (the scoring {scoring}) | {commit} | {date(commit)} | {experiment_first[1]} | "
+                          f"{experiment_first[0]} | {'yes' if after else 'no'} | "
+                          f"{'the same' if after == after_data else 'wrong'} |")
+    return "\n".join(lines_) + "\n", wrong
 
 
 def cell_name(text):
@@ -355,16 +466,20 @@ def main():
     p.add_argument("results", nargs="+", help="the comparison's results.jsonl (scripts/experiment.py comparison)")
     p.add_argument("--out", help="also write the table here (.md)")
     p.add_argument("--experiment", choices=sorted(EXPERIMENT_CLAIMS), default="comparison",
-                   help="whose declared claims (default: the comparison's, which the second scale shares)")
+                   help="whose declared claims (default: the comparison's; scale2: the same claims on the second scale)")
     p.add_argument("--compare", nargs=2, metavar=("A@K", "B@K"),
                    help="the verdict on these two cells (each stride scored) instead of the declared claims")
     p.add_argument("--relation", choices=("lower", "at-most", "higher"),
                    help="with --compare: A's perplexity below B's (default), or A's not above B's; "
                         "A's accuracy above B's (retrieval's, the default there)")
     p.add_argument("--task", choices=RETRIEVAL_TASKS, help="with --compare on the retrieval rows: the task the cells are on")
+    p.add_argument("--audit", action="store_true",
+                   help="instead of the table: each claim's declaring commit against the first row of its cells, "
+                        "from git history (post hoc where the claim came after), and whether claims.py says the same")
     args = p.parse_args()
     if args.task and not (args.compare and args.experiment == "retrieval"):
         p.error("--task names the task of --compare's cells on the retrieval rows (--experiment retrieval)")
+    claims, raw = EXPERIMENT_CLAIMS[args.experiment], list(args.results)  # raw: the files whose rows' commits --audit reads
     if args.experiment == "retrieval":  # retrieval.jsonl beside each results file
         if args.compare and not args.task:
             p.error(f"--compare on the retrieval rows needs --task (one of {', '.join(RETRIEVAL_TASKS)})")
@@ -374,18 +489,19 @@ def main():
         for path in paths:
             if not os.path.exists(path):
                 p.error(f"no {path}: the retrieval experiment writes it (scripts/experiment.py retrieval)")
+        raw += paths
         rows = [r for path in paths for r in results.read_json_lines(
             path, ("label", "task", "length", "depth", "accuracy", "checkpoint"), "fairseq_alibi_lab/retrieval.py")]
-        claims = RETRIEVAL
+        found, length = retrieval_cells(rows)
+        locate = retrieval_locate(length)
         if args.compare:  # a comparison not declared before the results: named as asked, same rule and test
             (a, k_a), (b, k_b) = map(cell_name, args.compare)
-            names = sorted({name for _, name, _, _ in retrieval_cells(rows)[0]})
+            names = sorted({name for _, name, _, _ in found})
             for name in {a, b} - set(names):
                 p.error(f"no retrieval rows of {name!r}; its models: {', '.join(names)}")
             relation = (args.relation or "higher").replace("-", " ")
             claims = [Claim(f"{a} at {k_a}L {RELATION_WORDS[relation]} {b} at {k_b}L ({args.task})", (a, args.task, k_a),
                             (b, args.task, k_b), relation, tuple(RETRIEVAL_SCORINGS))]
-        text = retrieval_table(rows, claims)
     elif args.experiment == "synthetic":
         if args.compare:
             p.error("--compare takes perplexity cells; the synthetic tasks' comparisons are the declared ones")
@@ -393,7 +509,7 @@ def main():
             path, ("label", "task", "n_low", "n_high", "accuracy", "checkpoint"), "examples/synthetic/exact_match.py")]
         if not rows:
             p.error(f"no results in {', '.join(args.results)}")
-        text = accuracy_table(rows)
+        found, locate = accuracy_cells(rows), locate_accuracy
     else:
         rows = results.load(args.results)
         if args.experiment == "streaming":  # the streams beside each results file
@@ -403,10 +519,10 @@ def main():
                 streamed = os.path.join(os.path.dirname(path), STREAMS)
                 if not os.path.exists(streamed):
                     p.error(f"no {STREAMS} beside {path}: the streaming experiment writes it (scripts/experiment.py streaming)")
+                raw.append(streamed)
                 rows.update(stream_cells(streamed))
         if not rows:
             p.error(f"no results in {', '.join(args.results)}")
-        claims = EXPERIMENT_CLAIMS[args.experiment]
         if args.compare:
             a, b = map(cell_name, args.compare)
             labels = sorted({key[2] for key in rows})
@@ -418,7 +534,13 @@ def main():
                 p.error("--relation higher compares accuracies (--experiment retrieval); a perplexity is better lower")
             claims = [Claim(f"{a[0]} at {a[1]}L {RELATION_WORDS[relation]} {b[0]} at {b[1]}L",
                             a, b, relation, tuple(scored))]
-        text = table(rows, claims)
+        found, length = cells(rows)
+        locate = perplexity_cells(length)
+    if args.audit:
+        report, wrong = audit(found, locate, claims, raw)
+        print(report, end="")
+        raise SystemExit(1 if wrong else 0)
+    text = render(found, locate, claims)
     if args.out:
         with written_whole(args.out) as partial, open(partial, "w") as f:
             f.write(text)

@@ -589,13 +589,20 @@ def test_claims_verdicts_against_the_spread_and_the_tests_written_out(tmp_path):
     assert verdict([1, 2, 3], [10, 11, 12], "lower") == "supported"  # |diff| 9 > 1 + 1
     assert verdict([10, 11, 12], [1, 2, 3], "lower") == "refuted"
     assert verdict([1, 2, 3], [2.9, 3.0, 3.1], "lower") == "not separated"  # |diff| 1 <= 1 + 0.1
-    assert verdict([1, 2, 3], [3.1, 3.2, 3.3], "lower") == "supported"  # 1.2 > 1.1
-    assert verdict([2.9, 3.0, 3.1], [1, 2, 3], "at most") == "supported (not separated)"
+    # 1.2 > 1.1 apart, while Welch's p is 0.13: the rule and the test disagree, and the verdict says so.
+    assert verdict([1, 2, 3], [3.1, 3.2, 3.3], "lower") == "supported; the test disagrees (p > 0.05)"
+    # The same checkpoints (paired), each 0.5-0.6 apart: within the spread, while the paired test separates them.
+    assert claims.compare(seeds(1, 2, 3), seeds(1.5, 2.5, 3.6), "lower")[2] == "not separated; the test disagrees (p < 0.05)"
+    # Holm's step-down adjustment, written out: sorted 0.01, 0.03, 0.04 times 3, 2, 1, kept monotone.
+    adjusted = claims.holm([0.01, 0.04, 0.03, None])
+    assert adjusted[:3] == pytest.approx([0.03, 0.06, 0.06]) and adjusted[3] is None
+    assert claims.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    assert verdict([2.9, 3.0, 3.1], [1, 2, 3], "at most") == "no difference shown"  # no equivalence margin declared
     assert verdict([10, 11, 12], [1, 2, 3], "at most") == "refuted"
     assert verdict([1, 2], [10, 11, 12], "lower").startswith("no verdict (n = 2 and 3")
     assert verdict([10, 11, 12], [1, 2, 3], "higher") == "supported"  # exact match: higher is better
     assert verdict([1, 2, 3], [10, 11, 12], "higher") == "refuted"
-    rule, _, _ = claims.compare(seeds(1, 2, 3, run="a"), seeds(3.1, 3.2, 3.3, run="b"), "lower")
+    rule, _, _, _ = claims.compare(seeds(1, 2, 3, run="a"), seeds(3.1, 3.2, 3.3, run="b"), "lower")
     assert rule == "separated by the seeds' spread"
 
     # Welch: t = (ma - mb) / sqrt(va/na + vb/nb), Welch-Satterthwaite degrees of freedom.
@@ -624,10 +631,12 @@ def test_claims_verdicts_against_the_spread_and_the_tests_written_out(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = claims.table(results.load([str(path)]), [claims.Claim("FIRE beats ALiBi", ("FIRE", 16), ("ALiBi", 16), "lower")])
-    nonoverlapping, sliding = text.splitlines()[2:]
+    nonoverlapping, sliding = text.splitlines()[2:4]
     assert "FIRE at 1024: 152.00 ± 1.00 (n=3)" in nonoverlapping and "ALiBi at 1024: 102.00 ± 1.00 (n=3)" in nonoverlapping
     p = 2 * stats.t.sf(50 / (1 / 3 + 1 / 3) ** 0.5, 4)  # means 50 apart, stds 1, equal: 4 degrees of freedom
-    assert nonoverlapping.endswith(f"| separated by the seeds' spread | Welch t, p = {p:.2g} | refuted |")
+    # One test in the family: Holm's p is the raw one.
+    assert nonoverlapping.endswith(f"| separated by the seeds' spread | Welch t, p = {p:.2g} | {p:.2g} | refuted |")
+    assert "| not declared (asked after the data) |" in nonoverlapping  # a claim without a commit
     assert "FIRE at 1024: not scored" in sliding and sliding.endswith("| no verdict (a cell not scored) |")
     # Another run of the same seeds in the same file is not three more seeds.
     path.write_text("".join(json.dumps(r) + "\n" for r in rows + [row("ALiBi", 1, 1024, 99, run="-again")]))
@@ -659,7 +668,7 @@ def test_claims_on_exact_match_rows(tmp_path):
                                                      (claims.EXACT_MATCH,))])
     line = text.splitlines()[2]
     assert "| exact match (%) | A, copy 21-40: 42.00 ± 2.00 (n=3) | B, copy 21-40: 2.00 ± 2.00 (n=3) |" in line
-    assert line.endswith("| separated by the seeds' spread | Welch t, p = 1.6e-05 | supported |"), line
+    assert line.endswith("| separated by the seeds' spread | Welch t, p = 1.6e-05 | 1.6e-05 | supported |"), line
     with pytest.raises(SystemExit, match="two runs of A, seed 1"):
         claims.accuracy_table(rows + [row("A", 1, 0.5, run="-again")])
     path = tmp_path / "r.jsonl"

@@ -38,7 +38,7 @@ REBUILDS = {
     f"{RESULTS}/main-gpu": [runner("main")],
     f"{RESULTS}/mlm": [runner("mlm"), claims("mlm")],
     f"{RESULTS}/retrieval": [runner("retrieval"), claims("retrieval")],
-    f"{RESULTS}/scale2": [runner("scale2"), CLAIMS],
+    f"{RESULTS}/scale2": [runner("scale2"), claims("scale2")],
     f"{RESULTS}/streaming": [runner("streaming"), claims("streaming")],
     f"{RESULTS}/trade": [runner("trade"), claims("trade")],
     os.path.join("examples", "synthetic", "results"): [runner("synthetic"), claims("synthetic")],
@@ -163,3 +163,22 @@ def test_every_mean_and_std_the_docs_quote_is_in_a_committed_table():
                 stale += [f"{os.path.relpath(path, REPO)}: {pair}"
                           for pair in re.findall(r"(?<![\d.])\d+\.\d+ ± \d+\.\d+", paragraph) if pair not in tables]
     assert not stale, "quoted, but in no committed table: " + "; ".join(stale)
+
+
+def test_every_claims_table_says_truly_when_its_claims_were_declared():
+    """Each committed claims.md's "declared" column (Claim.declared, Claim.after_data) against git
+    history: the commit that declared each claim, dated, against the earliest commit of the rows of
+    its cells (scripts/claims.py --audit). Needs the repository's history (a clone has it)."""
+    if subprocess.run(["git", "rev-parse", "--verify", "-q", "eced153^{commit}"], cwd=REPO, capture_output=True).returncode:
+        pytest.skip("no git history here (a clone of the repository has it)")
+    audited = 0
+    for folder, commands in sorted(REBUILDS.items()):
+        for command in commands:
+            if command[0] != "scripts/claims.py":
+                continue
+            audit = [part.format(out=os.path.join(REPO, folder)) for part in command if part not in ("--out", "{out}/claims.md")]
+            done = subprocess.run([sys.executable, *audit, "--audit"], cwd=REPO, capture_output=True, text=True)
+            assert done.returncode == 0, f"{folder}: claims.py's declarations disagree with git history:\n{done.stdout[-3000:]}"
+            assert "| yes |" in done.stdout or "| no |" in done.stdout  # it dated some cell
+            audited += 1
+    assert audited >= 12
