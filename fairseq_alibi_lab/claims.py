@@ -32,7 +32,7 @@ import argparse
 import dataclasses
 import os
 from fairseq_alibi_lab import results
-from fairseq_alibi_lab.retrieval import METRICS as RETRIEVAL_METRICS
+from fairseq_alibi_lab.retrieval import FLOOR, METRICS as RETRIEVAL_METRICS
 from fairseq_alibi_lab.results import written_whole
 
 
@@ -199,15 +199,38 @@ STREAMING = (
 # K x L averaged over the five depths): the field's claims, as issue 47 states them.
 RETRIEVAL_TASKS = ("passkey", "multikey", "kvlookup")
 RETRIEVAL_SCORINGS = {name: field for field, name in RETRIEVAL_METRICS.items()}  # a scoring: its retrieval row field
+# The same fields over the needles past L only (retrieval.past: the depths whose asked needle sits more
+# than L tokens from the question in every prompt), which the floors' rows date.
+PAST_L = ", needles past L"
+WHOLE_DEPTHS = tuple(RETRIEVAL_SCORINGS)  # the scorings the first claims were declared with (every depth)
+RETRIEVAL_SCORINGS.update({name + PAST_L: field for name, field in list(RETRIEVAL_SCORINGS.items())})
+FIRST_PAST_L = "first key word" + PAST_L
 RETRIEVAL = tuple(claim for task in RETRIEVAL_TASKS for claim in (
     Claim(f"ALiBi fails past L ({task}: L above 4L)", ("ALiBi", task, 1), ("ALiBi", task, 4), "higher",
-          tuple(RETRIEVAL_SCORINGS), declared="19b3696"),
+          WHOLE_DEPTHS, declared="19b3696"),
     Claim(f"NTK-ALiBi widens ALiBi's field ({task} at 4L)", ("ALiBi + NTK", task, 4), ("ALiBi", task, 4), "higher",
-          tuple(RETRIEVAL_SCORINGS), declared="19b3696"),
+          WHOLE_DEPTHS, declared="19b3696"),
     Claim(f"Rotary + NTK retrieves further than ALiBi ({task} at 4L)", ("Rotary + NTK", task, 4), ("ALiBi", task, 4),
-          "higher", tuple(RETRIEVAL_SCORINGS), declared="19b3696"),
+          "higher", WHOLE_DEPTHS, declared="19b3696"),
     Claim(f"Rotary + YaRN retrieves further than ALiBi ({task} at 4L)", ("Rotary + YaRN", task, 4), ("ALiBi", task, 4),
-          "higher", tuple(RETRIEVAL_SCORINGS), declared="19b3696")))
+          "higher", WHOLE_DEPTHS, declared="19b3696")))
+# Past ALiBi's field (issue 63), declared before any row at these lengths: at 32L and 128L (2,048 and 8,192
+# tokens at L = 64, where the gentlest head's bias is -8 and -32), by the first key word over the needles
+# past L, against the floor of the prompts (retrieval.floor_cells: the best answerer that does not pick
+# the asked needle out) and against ALiBi. "Falls to its floor": no higher than it (at most).
+FLOOR_LABEL = "Floor"
+PAST_FIELD = tuple(claim for task in ("passkey", "multikey") for k in (32, 128) for claim in (
+    Claim(f"ALiBi's retrieval falls to its floor past its field ({task} at {k}L)", ("ALiBi", task, k),
+          (FLOOR_LABEL, task, k), "at most", (FIRST_PAST_L,)),
+    Claim(f"NTK-ALiBi keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)", ("ALiBi + NTK", task, k),
+          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,)),
+    Claim(f"NTK-ALiBi retrieves further than ALiBi past its field ({task} at {k}L)", ("ALiBi + NTK", task, k),
+          ("ALiBi", task, k), "higher", (FIRST_PAST_L,)),
+    Claim(f"KERPLE (log) keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)", ("KERPLE log", task, k),
+          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,)),
+    Claim(f"FIRE keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)", ("FIRE", task, k),
+          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,))))
+RETRIEVAL += PAST_FIELD
 # The second scale (scale2) asks the comparison's claims of its own rows, which came after some of them
 # were declared (its first rows: commit 7e17a0d, 2026-11-26 16:53).
 SCALE2 = tuple(dataclasses.replace(claim, after_data=claim.declared in ("14acbae", "322d864")) for claim in CLAIMS)
@@ -226,8 +249,10 @@ def compare(a, b, relation, seeds=SEEDS):
     the test's (None where there is none)."""
     if not a or not b:
         return "", "", "no verdict (a cell not scored)", None
-    if min(len(a), len(b)) < seeds:
+    if min(len(a), len(b)) < seeds and set(b) != {FLOOR}:
         return "", "", f"no verdict (n = {len(a)} and {len(b)}: the rule asks for {seeds} seeds a side)", None
+    if set(b) == {FLOOR}:  # a floor from the prompts: one value, no seeds
+        return against_floor(a, b[FLOOR], relation, seeds)
     (mean_a, std_a), (mean_b, std_b) = results.mean_std(list(a.values())), results.mean_std(list(b.values()))
     separated = abs(mean_a - mean_b) > std_a + std_b
     rule = "separated by the seeds' spread" if separated else "within the seeds' spread"
@@ -241,6 +266,30 @@ def compare(a, b, relation, seeds=SEEDS):
     elif p is not None and not separated and p < ALPHA:
         verdict += f"; the test disagrees (p < {ALPHA})"
     return rule, test, verdict, p
+
+
+def against_floor(a, floor, relation, seeds=SEEDS):
+    """compare() against a floor computed from the prompts: separated where the mean is further from
+    it than the seeds' std; a one-sample t test beside it."""
+    from scipy import stats
+
+    if len(a) < seeds:
+        return "", "", f"no verdict (n = {len(a)}: the rule asks for {seeds} seeds)", None
+    mean, std = results.mean_std(list(a.values()))
+    separated = abs(mean - floor) > std
+    rule = "separated from the floor by the seeds' spread" if separated else "within the seeds' spread of the floor"
+    if not separated:
+        verdict = "no difference shown" if relation == "at most" else "not separated"
+    else:
+        verdict = "supported" if (mean > floor if relation == "higher" else mean < floor) else "refuted"
+    p = float(stats.ttest_1samp(list(a.values()), floor).pvalue)
+    if p != p:
+        return rule, "one-sample t: no spread, p undefined", verdict, None
+    if separated and p > ALPHA:
+        verdict += f"; the test disagrees (p > {ALPHA})"
+    elif not separated and p < ALPHA:
+        verdict += f"; the test disagrees (p < {ALPHA})"
+    return rule, f"one-sample t, p = {p:.2g}", verdict, p
 
 
 def t_test(a, b):
@@ -310,19 +359,26 @@ def accuracy_cells(rows):
     return out
 
 
-def retrieval_cells(rows):
+def retrieval_cells(rows, floors=()):
     """({(scoring, model + scaling, task, length): {checkpoint: accuracy in percent, the depths' mean}}, L)
-    from retrieval.py's rows (retrieval.depth_means), for each of RETRIEVAL_SCORINGS; two runs of one
-    label and seed refused."""
-    from fairseq_alibi_lab.retrieval import depth_means
+    from retrieval.py's rows (retrieval.depth_means), for each of RETRIEVAL_SCORINGS, and the floors'
+    cells (floors: retrieval.floor_rows, which also say which depths are past L; without them the
+    scorings over needles past L have no cells); two runs of one label and seed refused."""
+    from fairseq_alibi_lab.retrieval import depth_means, floor_cells, past
 
     runs = {}
     for r in rows:
         label = r.get("label") or r["model"]
         one_run_per_seed(runs, label, label, r.get("seed"), r["checkpoint"])
-    out = {(scoring, name, task, length): {c: 100 * v for c, v in by.items()}
-           for scoring, metric in RETRIEVAL_SCORINGS.items() for (task, name, length), by in depth_means(rows, metric).items()}
-    return out, min((key[3] for key in out), default=None)
+    length = min((r["length"] for r in rows), default=None)
+    out = {}
+    for scoring, metric in RETRIEVAL_SCORINGS.items():
+        if scoring.endswith(PAST_L) and not floors:
+            continue
+        keep = past(floors, length) if scoring.endswith(PAST_L) else None
+        for found in (depth_means(rows, metric, keep), floor_cells(floors, metric, keep) if floors else {}):
+            out.update({(scoring, name, task, k): {c: 100 * v for c, v in by.items()} for (task, name, k), by in found.items()})
+    return out, length
 
 
 def retrieval_locate(length):
@@ -332,9 +388,9 @@ def retrieval_locate(length):
     return locate
 
 
-def retrieval_table(rows, claims=RETRIEVAL):
+def retrieval_table(rows, claims=RETRIEVAL, floors=()):
     """The claims' table on the retrieval experiment's rows, for each of their scorings."""
-    found, length = retrieval_cells(rows)
+    found, length = retrieval_cells(rows, floors)
     return render(found, retrieval_locate(length), claims)
 
 
@@ -492,7 +548,10 @@ def main():
         raw += paths
         rows = [r for path in paths for r in results.read_json_lines(
             path, ("label", "task", "length", "depth", "accuracy", "checkpoint"), "fairseq_alibi_lab/retrieval.py")]
-        found, length = retrieval_cells(rows)
+        from fairseq_alibi_lab.retrieval import read_floors
+
+        floors = [r for path in args.results for r in read_floors(os.path.dirname(path))]
+        found, length = retrieval_cells(rows, floors)
         locate = retrieval_locate(length)
         if args.compare:  # a comparison not declared before the results: named as asked, same rule and test
             (a, k_a), (b, k_b) = map(cell_name, args.compare)
@@ -500,8 +559,9 @@ def main():
             for name in {a, b} - set(names):
                 p.error(f"no retrieval rows of {name!r}; its models: {', '.join(names)}")
             relation = (args.relation or "higher").replace("-", " ")
+            scored = tuple(scoring for scoring in RETRIEVAL_SCORINGS if any(key[0] == scoring for key in found))
             claims = [Claim(f"{a} at {k_a}L {RELATION_WORDS[relation]} {b} at {k_b}L ({args.task})", (a, args.task, k_a),
-                            (b, args.task, k_b), relation, tuple(RETRIEVAL_SCORINGS))]
+                            (b, args.task, k_b), relation, scored)]
     elif args.experiment == "synthetic":
         if args.compare:
             p.error("--compare takes perplexity cells; the synthetic tasks' comparisons are the declared ones")

@@ -46,8 +46,8 @@ FIELDS = ("model", "split", "train_length", "checkpoint", "l_valid", "perplexity
 
 # What every committed result row says of itself (tests/test_rebuild.py checks each): what it is
 # (label), which training (seed), of which experiment, trained how (its recipe, or the command
-# itself where a sweep changed the recipe), by which code on which machine. The floor's rows
-# (model "unigram") train nothing: they need no seed, recipe or command. The threads a training
+# itself where a sweep changed the recipe), by which code on which machine. The floors' rows
+# (model "unigram", retrieval's "floor") train nothing: they need no seed, recipe or command. The threads a training
 # ran with are in its invocation's record (the runner's runs.jsonl, a results README).
 ROW_IDENTITY = ("label", "seed", "experiment", "commit", "machine")
 ROW_TRAINING = ("recipe", "command")  # one of them at least
@@ -55,7 +55,7 @@ ROW_TRAINING = ("recipe", "command")  # one of them at least
 
 def identity_missing(row):
     """The ROW_IDENTITY fields a result row lacks (or holds empty), and ROW_TRAINING's if it has none."""
-    floor = row.get("model") == "unigram"
+    floor = row.get("model") in ("unigram", "floor")  # the unigram model, retrieval's floors from the prompts
     missing = [name for name in ROW_IDENTITY if row.get(name) in (None, "") and not (floor and name == "seed")]
     if not floor and not any(row.get(name) for name in ROW_TRAINING):
         missing.append(" or ".join(ROW_TRAINING))

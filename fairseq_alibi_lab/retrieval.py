@@ -5,6 +5,7 @@ level), generated deterministically from a seed.
     python -m fairseq_alibi_lab.retrieval make OUT_DIR --source ../shared/data/wikitext-2 [--length 64]
         [--fraction 0.1] [--seed 1] [--examples 20]
     python -m fairseq_alibi_lab.retrieval score CHECKPOINT DATA OUT_DIR/test.jsonl OUT.jsonl [--label NAME]
+    python -m fairseq_alibi_lab.retrieval floors OUT_DIR/test.jsonl FLOORS.jsonl
 
 make writes OUT_DIR/text/wiki.{train,valid,test}.tokens: WikiText-2 with retrieval examples of at
 most L tokens (prompt and answer, filler from the training split) inserted as lines among the
@@ -289,20 +290,159 @@ def score_model(runner, model, seed, checkpoint):
     return (os.path.getsize(out) if os.path.exists(out) else 0) > before
 
 
+def write_floors(runner):
+    """OUT/floors.jsonl from the test prompts, once (the runner calls it with its unigram floor); floors
+    of other prompts there are refused, not mixed."""
+    from fairseq_alibi.files import fingerprint, read_rows, written_whole
+
+    path, tests = os.path.join(runner.out, FLOOR_ROWS), tests_of(runner.data)
+    if os.path.exists(path):
+        held = {r.get("prompts_sha256") for r in read_rows(path)}
+        if held != {fingerprint(tests)}:
+            raise SystemExit(f"error: {path} holds the floors of other test prompts ({', '.join(map(str, held))}, now "
+                             f"{fingerprint(tests)}): move it away, or give another --out")
+        return
+    rows = floor_rows(tests)
+    with written_whole(path) as partial, open(partial, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
 METRICS = {"accuracy": "exact match", "first_accuracy": "first key word"}  # a row's field: what it counts
 
+# Floors from the prompts themselves: what answerers that retrieve nothing asked score on the very test
+# prompts (rows of their own in OUT/floors.jsonl, `retrieval floors`), each (task, length, depth):
+# - a random needle: the words of one of the prompt's needles, uniformly (its expected score);
+# - the needle nearest the question: the last needle before it;
+# - the most frequent number: the 1-2 digit word most frequent in the prompt (first word only);
+# - chance: a key word of 100 (first word), a key of 10^4 (exact match).
+# The floor of a cell is the best of them. Each row also says how far, in tokens, the asked needle's
+# key sits from the first generated token (min and max over the group's prompts): a group whose
+# nearest needle is past L tests retrieval past the training length, one within L does not.
+FLOORS = ("a random needle", "the needle nearest the question", "the most frequent number", "chance")
+FLOOR = "(floor)"  # the floor rows' checkpoint: a cell of one value, not of seeds
+FLOOR_ROWS = "floors.jsonl"
+QUESTION_WORDS = {"passkey": 10, "multikey": 12, "kvlookup": 5}  # the question's length (needle_and_question)
 
-def depth_means(scored, metric="accuracy"):
+
+def needles_in(task, words):
+    """(each needle's key words and the index of its first key word, in order; the asked one's index)
+    of a prompt's words (the needles as needle_and_question writes them, the question last)."""
+    body, question = words[:-QUESTION_WORDS[task]], words[-QUESTION_WORDS[task]:]
+    found = []
+    for i in range(len(body)):
+        if task == "passkey" and body[i:i + 4] == ["the", "pass", "key", "is"] and body[i + 6:i + 10] == [".", "remember", "it", "."]:
+            found.append((body[i + 4:i + 6], i + 4, None))
+        elif task == "multikey" and body[i:i + 3] == ["the", "key", "for"] and body[i + 4:i + 5] == ["is"] and body[i + 7:i + 8] == ["."]:
+            found.append((body[i + 5:i + 7], i + 5, body[i + 3]))
+        elif task == "kvlookup" and body[i + 2:i + 3] == [":"] and body[i + 5:i + 6] == ["."] and \
+                all(w.isdigit() and len(w) <= 2 for w in body[i:i + 2] + body[i + 3:i + 5]):
+            found.append((body[i + 3:i + 5], i + 3, tuple(body[i:i + 2])))
+    if task == "passkey":
+        asked = 0
+    elif task == "multikey":
+        asked = next(n for n, (_, _, name) in enumerate(found) if name == question[5])
+    else:
+        asked = next(n for n, (_, _, k) in enumerate(found) if k == tuple(question[2:4]))
+    return [(k, i) for k, i, _ in found], asked
+
+
+def answerers(task, words):
+    """{floor: (exact-match score, first-word score)} of one prompt (expected values; None: not scored)."""
+    from collections import Counter
+
+    needles, asked = needles_in(task, words)
+    answer = needles[asked][0]
+    body = words[:-QUESTION_WORDS[task]]
+    numbers = Counter(w for w in body if w.isdigit() and len(w) <= 2)
+    frequent = max(numbers, key=lambda w: (numbers[w], -body.index(w))) if numbers else None
+    return {
+        FLOORS[0]: (sum(k == answer for k, _ in needles) / len(needles), sum(k[0] == answer[0] for k, _ in needles) / len(needles)),
+        FLOORS[1]: (float(needles[-1][0] == answer), float(needles[-1][0][0] == answer[0])),
+        FLOORS[2]: (None, float(frequent == answer[0])),
+        FLOORS[3]: (1e-4, 1e-2),
+    }
+
+
+def floor_rows(tests_path):
+    """The floors' rows of a test.jsonl: per floor and (task, length, depth), its exact-match and
+    first-word accuracy (means over the prompts) and the asked needles' distance from the question."""
+    from fairseq_alibi import provenance
+    from fairseq_alibi.files import fingerprint
+
+    with open(tests_path) as f:
+        tests = [json.loads(line) for line in f if line.strip()]
+    groups = {}
+    for t in tests:
+        groups.setdefault((t["task"], t["length"], t["depth"]), []).append(t)
+    prompts, rows = fingerprint(tests_path), []
+    for (task, length, depth), group in groups.items():
+        scores, distances = [], []
+        for t in group:
+            words = t["prompt"].split()
+            try:
+                needles, asked = needles_in(task, words)
+                held = needles[asked][0] == t["answer"].split()
+            except (IndexError, KeyError, StopIteration):
+                held = False
+            if not held:
+                raise SystemExit(f"error: a {task} prompt of {tests_path} does not hold its answer as a needle: "
+                                 "not a test set `retrieval make` wrote")
+            distances.append(len(words) - needles[asked][1])  # tokens from the key's first word to the first generated
+            scores.append(answerers(task, words))
+        means = {}  # floor -> (exact match, first word) over the group's prompts
+        for floor in FLOORS:
+            exact = [s[floor][0] for s in scores]
+            means[floor] = (None if None in exact else sum(exact) / len(exact), sum(s[floor][1] for s in scores) / len(scores))
+        for floor, (exact, first) in means.items():
+            rows.append({"label": f"Floor: {floor}", "model": "floor", "checkpoint": FLOOR,
+                         "scaling": "none", "task": task, "length": length, "depth": depth, "n": len(group),
+                         "accuracy": exact, "first_accuracy": first,
+                         "min_distance": min(distances), "max_distance": max(distances), "prompts_sha256": prompts,
+                         "commit": provenance.commit(), "machine": provenance.machine(), "experiment": "retrieval",
+                         "seed": None, "recipe": None})
+    return rows
+
+
+def depth_means(scored, metric="accuracy", keep=None):
     """{(task, name, length): {checkpoint: the metric averaged over the depths}} (the last scoring of a
-    depth wins; rows without the metric are left out); a model is named as in every table (its label,
-    + its scaling: results.method_name)."""
+    depth wins; rows without the metric are left out; keep(task, length, depth): only those depths);
+    a model is named as in every table (its label, + its scaling: results.method_name)."""
     from fairseq_alibi_lab.results import method_name
 
-    last = {(r["task"], method_name(r), r["length"], r["checkpoint"], r["depth"]): r[metric] for r in scored if metric in r}
+    last = {(r["task"], method_name(r), r["length"], r["checkpoint"], r["depth"]): r[metric] for r in scored
+            if r.get(metric) is not None and (keep is None or keep(r["task"], r["length"], r["depth"]))}
     by_depth = {}
     for (task, name, length, checkpoint, _), accuracy in last.items():
         by_depth.setdefault((task, name, length), {}).setdefault(checkpoint, []).append(accuracy)
     return {cell: {c: sum(v) / len(v) for c, v in runs.items()} for cell, runs in by_depth.items()}
+
+
+def past(floors, length):
+    """keep(task, L_valid, depth) for depth_means: the groups whose asked needles all sit more than
+    `length` tokens from the question (floors: the floor rows, which carry the distances)."""
+    far = {(r["task"], r["length"], r["depth"]) for r in floors if r["min_distance"] > length}
+    return lambda task, l_valid, depth: (task, l_valid, depth) in far
+
+
+def floor_cells(floors, metric="accuracy", keep=None):
+    """depth_means of the floor rows, and "Floor": the best of the answerers that do not pick the asked
+    needle out (a random or the nearest needle, chance), each a fixed strategy over the cell's depths;
+    with one needle (the passkey) copying it is the task, so chance alone."""
+    cells = depth_means(floors, metric, keep)
+    for task, _, length in list(cells):
+        best = FLOORS[3:] if task == "passkey" else (FLOORS[0], FLOORS[1], FLOORS[3])
+        values = [cells[(task, f"Floor: {floor}", length)][FLOOR] for floor in best if (task, f"Floor: {floor}", length) in cells]
+        if values:
+            cells[(task, "Floor", length)] = {FLOOR: max(values)}
+    return cells
+
+
+def read_floors(out):
+    """The floor rows beside a results folder's rows (OUT/floors.jsonl), or []."""
+    from fairseq_alibi.files import read_rows
+
+    path = os.path.join(out, FLOOR_ROWS)
+    return list(read_rows(path)) if os.path.exists(path) else []
 
 
 def perplexities(rows):
@@ -339,23 +479,41 @@ def report(rows, out):
     lengths = sorted({r["length"] for r in scored})
     perplexity = perplexities(rows)
     base = {method_name(r): r.get("label") or r["model"] for r in scored}
+    floors = read_floors(out)
+    train_length = min(lengths)
     lines = []
-    for metric, chance in (("accuracy", "0.01 (one key of 10^4)"), ("first_accuracy", "1 (one word of 100)")):
-        cells = depth_means(scored, metric)
-        for task in TASKS:
-            names = list(dict.fromkeys(n for t, n, _ in cells if t == task))
-            if not names:
-                continue
-            lines += [f"## {task}: {METRICS[metric]}", "", "| model | " + " | ".join(map(str, lengths)) +
-                      " | perplexity at L |", "|---" * (len(lengths) + 2) + "|"]
-            for name in names:
-                accuracy = [shown(list(cells.get((task, name, length), {}).values()), 1, 100) for length in lengths]
-                lines.append(f"| {name} | " + " | ".join(accuracy) +
-                             f" | {shown(list(perplexity.get(base[name], {}).values()), 2)} |")
-            lines += [f"| chance: {chance} | " + " | ".join(chance.split()[0] for _ in lengths) + " | |", ""]
-    text = ("# Retrieval: accuracy (%), mean over 5 depths, mean ± std over seeds\n\n"
+    views = [("mean over 5 depths, needles near the question included", None)]
+    if floors:
+        views.append((f"needles past L only: the depths whose asked needle sits more than {train_length} tokens "
+                      "from the question in every prompt (none at L)", past(floors, train_length)))
+    for view, keep in views:
+        for metric, chance in (("accuracy", "0.01 (one key of 10^4)"), ("first_accuracy", "1 (one word of 100)")):
+            cells = depth_means(scored, metric, keep)
+            floors_here = floor_cells(floors, metric, keep)
+            for task in TASKS:
+                names = list(dict.fromkeys(n for t, n, _ in cells if t == task))
+                if not names:
+                    continue
+                lines += [f"## {task}: {METRICS[metric]}, {view}", "", "| model | " + " | ".join(map(str, lengths)) +
+                          " | perplexity at L |", "|---" * (len(lengths) + 2) + "|"]
+                for name in names:
+                    accuracy = [shown(list(cells.get((task, name, length), {}).values()), 1, 100) for length in lengths]
+                    lines.append(f"| {name} | " + " | ".join(accuracy) +
+                                 f" | {shown(list(perplexity.get(base[name], {}).values()), 2)} |")
+                for name in ("Floor", *(f"Floor: {floor}" for floor in FLOORS[:3])):
+                    values = [floors_here.get((task, name, length), {}).get(FLOOR) for length in lengths]
+                    if any(v is not None for v in values):
+                        lines.append(f"| {name.lower()} (from the prompts) | " + " | ".join(
+                            "-" if v is None else f"{100 * v:.2f}" for v in values) + " | |")
+                lines += [f"| chance: {chance} | " + " | ".join(chance.split()[0] for _ in lengths) + " | |", ""]
+    text = ("# Retrieval: accuracy (%), mean over the depths, mean ± std over seeds\n\n"
             "Exact match of the two-word key, then of its first word alone; beside each model, the same "
-            "checkpoints' validation perplexity in blocks of L (nonoverlapping).\n\n" + "\n".join(lines))
+            "checkpoints' validation perplexity in blocks of L (nonoverlapping). Under each table the floors "
+            "computed on the test prompts (`retrieval floors`, OUT/floors.jsonl): what answering with a random "
+            "needle, the needle nearest the question or the most frequent number scores; \"floor\" is the best "
+            "of the answerers that do not pick the asked needle out (a random or the nearest needle, chance; the "
+            "passkey has one needle, so chance), over the same depths. A model at its floor is not shown to retrieve the asked key.\n\n"
+            + "\n".join(lines))
     with written_whole(os.path.join(out, "retrieval.md")) as partial, open(partial, "w") as f:
         f.write(text)
     for metric, suffix in (("accuracy", ""), ("first_accuracy", "_first")):
@@ -422,7 +580,19 @@ def main(argv=None):
                    help="none, and ALiBi's or rotary's inference-time scalings (scored past the training length)")
     s.add_argument("--lengths", type=int, nargs="+", help="score only the prompts of these lengths")
     s.add_argument("--fields", default="{}", help="a JSON object of fields added to each row (the runner's)")
+    f = sub.add_parser("floors", help="the floors of a test set, from its prompts (rows of their own)")
+    f.add_argument("tests", help="make's test.jsonl")
+    f.add_argument("out", help="a new JSON-lines file (the runner's: OUT/floors.jsonl)")
     args = p.parse_args(argv)
+    if args.command == "floors":
+        from fairseq_alibi.files import written_whole
+
+        if os.path.exists(args.out):
+            p.error(f"{args.out} exists: floors are written whole, once; give a new path")
+        rows = floor_rows(args.tests)
+        with written_whole(args.out) as partial, open(partial, "w") as out:
+            out.writelines(json.dumps(r) + "\n" for r in rows)
+        return 0
     if args.command == "make":
         need = max(map(shortest, TASKS))
         if args.length < need:

@@ -565,6 +565,9 @@ class Runner:
         90% in distribution)."""
         if self.seq2seq:
             return
+        scorer = importlib.import_module(self.experiment.scorer) if self.experiment.scorer else None
+        if hasattr(scorer, "write_floors"):  # a task's own floors, from its test prompts (retrieval's)
+            scorer.write_floors(self)
         subprocess.run([sys.executable, os.path.join("scripts", "unigram.py"), self.data, self.results,
                         "--lengths", " ".join(map(str, self.lengths)), "--strides", " ".join(self.experiment.strides),
                         "--split", self.experiment.split, "--fields", self.fields,

@@ -162,6 +162,11 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
         assert row["first_correct"] == first and row["first_accuracy"] == first / row["n"], row
     table = (out / "retrieval.md").read_text()
     assert "| ALiBi + NTK |" in table and "chance" in table and all((out / f"retrieval_{t}.png").exists() for t in TASKS)
+    # The floors of the very test prompts, written once beside the rows, under every table, and the
+    # needles past L (40 tokens) at 80 only.
+    floors = [json.loads(line) for line in (out / "floors.jsonl").read_text().splitlines()]
+    assert {r["length"] for r in floors} == {40, 80, 160, 320, 640} and "| floor (from the prompts) |" in table
+    assert "needles past L only" in table
     perplexity = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
     assert {(r["l_valid"], r["scaling"]) for r in perplexity} == {(40, "none"), (80, "none"), (80, "ntk")}
     (out / "retrieval.md").unlink()
@@ -283,3 +288,65 @@ def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accurac
     assert "| model | 64 | 128 | perplexity at L |" in exact and "| chance: 0.01 (one key of 10^4) | 0.01 | 0.01 | |" in exact
     assert "| chance: 1 (one word of 100) | 1 | 1 | |" in first
     assert all((tmp_path / f"retrieval_passkey{suffix}.png").exists() for suffix in ("", "_first"))
+
+
+def test_floors_are_what_simple_answerers_score_on_the_very_prompts(source, tmp_path):
+    """retrieval floors: for each (task, length, depth), a random needle's words (expected), the needle
+    nearest the question, the most frequent number (first word) and chance, each checked against the
+    prompts read naively here (the needles found by their words, not by retrieval.py's parser); the
+    asked needle's distance from the question in tokens; "Floor", the best answerer that does not pick
+    the asked needle out, as the claims read it; one line for a file that is not a test set."""
+    import re
+
+    from fairseq_alibi_lab.retrieval import FLOOR, floor_cells
+
+    make(source, tmp_path / "set")
+    floors_path = tmp_path / "floors.jsonl"
+    run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "floors", str(tmp_path / "set" / "test.jsonl"), str(floors_path)])
+    rows = {(r["label"], r["task"], r["length"], r["depth"]): r for r in map(json.loads, floors_path.read_text().splitlines())}
+    tests = [json.loads(line) for line in (tmp_path / "set" / "test.jsonl").read_text().splitlines()]
+    patterns = {"passkey": r"the pass key is (\d+ \d+) \. remember", "multikey": r"the key for \w+ is (\d+ \d+) \.",
+                "kvlookup": r"\d+ \d+ : (\d+ \d+) \."}
+    for (task, length, depth) in {(t["task"], t["length"], t["depth"]) for t in tests}:
+        group = [t for t in tests if (t["task"], t["length"], t["depth"]) == (task, length, depth)]
+        random_needle = nearest = 0.0
+        distances = []
+        for t in group:
+            body = " ".join(t["prompt"].split()[:-{"passkey": 10, "multikey": 12, "kvlookup": 5}[task]])
+            needles = re.findall(patterns[task], body)
+            random_needle += needles.count(t["answer"]) / len(needles)
+            nearest += needles[-1] == t["answer"]
+            where = body.split().index(t["answer"].split()[0]) if task == "passkey" else None
+            if where is not None:
+                distances.append(len(t["prompt"].split()) - where)
+        assert rows[("Floor: a random needle", task, length, depth)]["accuracy"] == pytest.approx(random_needle / len(group))
+        assert rows[("Floor: the needle nearest the question", task, length, depth)]["accuracy"] == pytest.approx(
+            nearest / len(group))
+        assert rows[("Floor: chance", task, length, depth)]["first_accuracy"] == 0.01
+        if distances:
+            assert rows[("Floor: chance", task, length, depth)]["min_distance"] == min(distances)
+    assert rows[("Floor: a random needle", "multikey", 48, 0.0)]["accuracy"] == pytest.approx(1 / 3, abs=0.2)
+    assert rows[("Floor: chance", "passkey", 48, 1.0)]["max_distance"] < 48 < rows[("Floor: chance", "passkey", 192, 0.0)]["min_distance"]
+    cells = floor_cells(list(rows.values()), "first_accuracy")
+    assert cells[("passkey", "Floor", 48)] == {FLOOR: 0.01}  # one needle: copying it is the task
+    best = max(cells[("multikey", f"Floor: {f}", 48)][FLOOR] for f in ("a random needle", "the needle nearest the question", "chance"))
+    assert cells[("multikey", "Floor", 48)] == {FLOOR: best}
+    (tmp_path / "not-tests.jsonl").write_text(json.dumps({"task": "passkey", "length": 48, "depth": 0.0, "prompt": "a b c d e f g h i j k",
+                                                           "answer": "1 2"}) + "\n")
+    refused = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "floors", str(tmp_path / "not-tests.jsonl"),
+                              str(tmp_path / "f2.jsonl")], cwd=REPO, capture_output=True, text=True)
+    assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
+def test_a_claim_against_the_floor_takes_the_seeds_spread_and_a_one_sample_test():
+    from scipy import stats
+
+    from fairseq_alibi_lab import claims
+    from fairseq_alibi_lab.retrieval import FLOOR
+
+    seeds = {"a-s1": 44.0, "a-s2": 45.0, "a-s3": 46.0}
+    rule, test, verdict, p = claims.compare(seeds, {FLOOR: 33.0}, "higher")
+    assert rule.startswith("separated") and verdict == "supported" and p == pytest.approx(
+        stats.ttest_1samp([44.0, 45.0, 46.0], 33.0).pvalue) and test.startswith("one-sample t")
+    assert claims.compare(seeds, {FLOOR: 44.5}, "at most")[2].startswith("no difference shown")
+    assert claims.compare({"a-s1": 1.0}, {FLOOR: 0.5}, "higher")[2].startswith("no verdict (n = 1")
