@@ -221,15 +221,15 @@ RETRIEVAL = tuple(claim for task in RETRIEVAL_TASKS for claim in (
 FLOOR_LABEL = "Floor"
 PAST_FIELD = tuple(claim for task in ("passkey", "multikey") for k in (32, 128) for claim in (
     Claim(f"ALiBi's retrieval falls to its floor past its field ({task} at {k}L)", ("ALiBi", task, k),
-          (FLOOR_LABEL, task, k), "at most", (FIRST_PAST_L,)),
+          (FLOOR_LABEL, task, k), "at most", (FIRST_PAST_L,), declared="359d214"),
     Claim(f"NTK-ALiBi keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)", ("ALiBi + NTK", task, k),
-          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,)),
+          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="359d214"),
     Claim(f"NTK-ALiBi retrieves further than ALiBi past its field ({task} at {k}L)", ("ALiBi + NTK", task, k),
-          ("ALiBi", task, k), "higher", (FIRST_PAST_L,)),
+          ("ALiBi", task, k), "higher", (FIRST_PAST_L,), declared="359d214"),
     Claim(f"KERPLE (log) keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)", ("KERPLE log", task, k),
-          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,)),
+          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="359d214"),
     Claim(f"FIRE keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)", ("FIRE", task, k),
-          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,))))
+          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="359d214")))
 RETRIEVAL += PAST_FIELD
 # The second scale (scale2) asks the comparison's claims of its own rows, which came after some of them
 # were declared (its first rows: commit 7e17a0d, 2026-11-26 16:53).
