@@ -30,6 +30,7 @@ Prints the Markdown table (and writes it to --out if given).
 """
 import argparse
 import dataclasses
+import functools
 import os
 from fairseq_alibi_lab import results
 from fairseq_alibi_lab.retrieval import FLOOR, METRICS as RETRIEVAL_METRICS
@@ -463,6 +464,7 @@ def accuracy_table(rows, claims=SYNTHETIC):
 RELATION_WORDS = {"lower": "below", "at most": "at most", "higher": "above"}
 
 
+@functools.lru_cache(maxsize=None)
 def git_date(commit):
     """The author date of a commit (a row's "abc1234+changes": its base commit), from git; None where
     the history does not hold it."""
