@@ -56,12 +56,21 @@ def tolerance(dense_error, span, slope, dtype=torch.float32):
     return 2 * dense_error + 16 * slope * span / 2 * 2.0**-24 + 1e-7
 
 
+@pytest.fixture(scope="module")
+def inputs():
+    """{length: (q, k, v, the formula's output in fp64)} at 8L and 128L, computed once for the module."""
+    made = {}
+    for length in (8 * L, 128 * L):
+        torch.manual_seed(length)
+        q, k, v = (torch.randn(1, 2, length, 16) for _ in range(3))
+        made[length] = (q, k, v, naive(q, k, v, EDGE_SLOPES))
+    return made
+
+
 @pytest.mark.parametrize("length", [8 * L, 128 * L], ids=["8L", "128L"])
-def test_alibi_as_key_columns_equals_the_formula_in_fp32(length):
-    torch.manual_seed(length)
+def test_alibi_as_key_columns_equals_the_formula_in_fp32(length, inputs):
     slopes = EDGE_SLOPES
-    q, k, v = (torch.randn(1, 2, length, 16) for _ in range(3))
-    exact = naive(q, k, v, slopes)
+    q, k, v, exact = inputs[length]
     dense_error = (dense(q, k, v, slopes).double() - exact).abs().max().item()
     got = SeparableAttend(slopes).attend(q, k, v, 0.0)
     error = (got.double() - exact).abs().max().item()
@@ -92,13 +101,11 @@ def test_split_columns_sum_back_to_the_fp32_terms():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_half_precision_is_as_close_to_fp32_as_the_dense_half_path(dtype):
+def test_half_precision_is_as_close_to_fp32_as_the_dense_half_path(dtype, inputs):
     """At 128L with the paper's steepest slope the terms reach 2,048: split over columns, the
     kernel's half-precision output is as close to the exact one as the dense mask in half precision."""
-    torch.manual_seed(0)
-    slopes, length = EDGE_SLOPES, 128 * L
-    q, k, v = (torch.randn(1, 2, length, 16) for _ in range(3))
-    exact = naive(q, k, v, slopes)
+    slopes = EDGE_SLOPES
+    q, k, v, exact = inputs[128 * L]
     got = SeparableAttend(slopes).attend(q.to(dtype), k.to(dtype), v.to(dtype), 0.0)
     dense_error = (dense(q, k, v, slopes, dtype).double() - exact).abs().max().item()
     assert (got.double() - exact).abs().max().item() <= 1.5 * dense_error
