@@ -56,18 +56,22 @@ def tolerance(dense_error, span, slope, dtype=torch.float32):
     return 2 * dense_error + 16 * slope * span / 2 * 2.0**-24 + 1e-7
 
 
-@pytest.fixture(scope="module")
-def inputs():
-    """{length: (q, k, v, the formula's output in fp64)} at 8L and 128L, computed once for the module."""
-    made = {}
-    for length in (8 * L, 128 * L):
+class Inputs(dict):
+    """length -> (q, k, v, the formula's output in fp64), each made once, when first asked for."""
+
+    def __missing__(self, length):
         torch.manual_seed(length)
         q, k, v = (torch.randn(1, 2, length, 16) for _ in range(3))
-        made[length] = (q, k, v, naive(q, k, v, EDGE_SLOPES))
-    return made
+        self[length] = (q, k, v, naive(q, k, v, EDGE_SLOPES))
+        return self[length]
 
 
-@pytest.mark.parametrize("length", [8 * L, 128 * L], ids=["8L", "128L"])
+@pytest.fixture(scope="module")
+def inputs():
+    return Inputs()
+
+
+@pytest.mark.parametrize("length", [8 * L, pytest.param(128 * L, marks=pytest.mark.slow)], ids=["8L", "128L"])
 def test_alibi_as_key_columns_equals_the_formula_in_fp32(length, inputs):
     slopes = EDGE_SLOPES
     q, k, v, exact = inputs[length]
@@ -100,6 +104,7 @@ def test_split_columns_sum_back_to_the_fp32_terms():
     assert (terms.to(torch.bfloat16).float() - terms).abs().max() > 8
 
 
+@pytest.mark.slow  # 8,192 tokens in fp64: make test, not the edit-test loop
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_half_precision_is_as_close_to_fp32_as_the_dense_half_path(dtype, inputs):
     """At 128L with the paper's steepest slope the terms reach 2,048: split over columns, the
