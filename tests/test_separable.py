@@ -138,7 +138,7 @@ def gradients(m, tokens):
     return {name: p.grad for name, p in m.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("separator", [None, SEPARATOR], ids=["packed", "documents"])
+@pytest.mark.parametrize("separator", [None, pytest.param(SEPARATOR, marks=pytest.mark.slow)], ids=["packed", "documents"])
 @pytest.mark.parametrize("method", ["alibi", "learned_alibi", "fox"])
 def test_a_model_on_the_separable_kernel_gives_the_dense_logits_and_gradients(method, separator, monkeypatch):
     """Logits and every parameter's gradient, the learned slopes' and FoX's gates' own included,
@@ -176,14 +176,20 @@ def test_decoding_a_token_at_a_time_gives_the_full_forward(method):
 
 
 def test_the_kernel_takes_per_key_biases_only_and_says_why_in_one_line():
-    for method, flags in [("kerple", []), ("t5_bias", []), ("fire", []), ("alibi", ["--alibi-scaling", "dynamic_ntk",
-                                                                                      "--alibi-train-length", "8"])]:
-        with pytest.raises(ConfigError, match="separable") as err:
-            build_model(f"{method}_transformer_lm", vocab=VOCAB, extra=[*TINY, "--attention-kernel", "separable", *flags])
-        assert "\n" not in str(err.value.code)
+    from fairseq_alibi.positions import METHODS
+    from fairseq_alibi.positions.base import build_method
+
+    def positions(method, **options):
+        return build_method(method, METHODS[method].Config(**options), 4, 8, 32)
+
+    for method, options in [("kerple", {}), ("t5_bias", {}), ("fire", {}),
+                            ("alibi", dict(alibi_scaling="dynamic_ntk", alibi_train_length=8))]:
+        assert "separable" in takes_bias("separable", positions(method, **options))
     for method in ("alibi", "learned_alibi", "fox", "nope", "rotary"):
-        m, _ = build_model(f"{method}_transformer_lm", vocab=VOCAB, extra=[*TINY, "--attention-kernel", "separable"])
-        assert takes_bias("separable", m.decoder.positions) is None
+        assert takes_bias("separable", positions(method)) is None
+    with pytest.raises(ConfigError, match="separable") as err:  # asked for by name: refused when built
+        build_model("kerple_transformer_lm", vocab=VOCAB, extra=[*TINY, "--attention-kernel", "separable"])
+    assert "\n" not in str(err.value.code)
 
 
 def test_it_runs_where_it_is_asked_and_auto_never_picks_it():
