@@ -232,6 +232,13 @@ PAST_FIELD = tuple(claim for task in ("passkey", "multikey") for k in (32, 128) 
     Claim(f"FIRE keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)", ("FIRE", task, k),
           (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="359d214")))
 RETRIEVAL += PAST_FIELD
+# The ALiBi family's new members in the retrieval experiment, declared before their first training:
+# FoX's paper claims better retrieval than ALiBi; learned slopes are ALiBi's own baseline. At 16L,
+# over the needles past L, by the first key word.
+ALIBI_FAMILY = tuple(Claim(f"{label} retrieves further than ALiBi past L ({task} at 16L)", (label, task, 16),
+                           ("ALiBi", task, 16), "higher", (FIRST_PAST_L,))
+                     for label in ("FoX (forget gate)", "ALiBi, learned slopes") for task in ("passkey", "multikey"))
+RETRIEVAL += ALIBI_FAMILY
 # The second scale (scale2) asks the comparison's claims of its own rows, which came after some of them
 # were declared (its first rows: commit 7e17a0d, 2026-11-26 16:53).
 SCALE2 = tuple(dataclasses.replace(claim, after_data=claim.declared in ("14acbae", "322d864")) for claim in CLAIMS)

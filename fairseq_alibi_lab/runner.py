@@ -223,7 +223,9 @@ EXPERIMENTS["retrieval"] = Experiment(
     "depths, and by perplexity.",
     (SINUSOIDAL, Model("Rotary", "rotary", scalings=("ntk", "yarn")), Model("T5 bias", "t5_bias"),
      Model("ALiBi", "alibi", scalings=("ntk",)), Model("NoPE", "nope"), Model("KERPLE log", "kerple", ("--kerple-variant", "log")),
-     Model("FIRE", "fire", ("--fire-init-threshold", "64"))),
+     Model("FIRE", "fire", ("--fire-init-threshold", "64")),
+     # The ALiBi family completed (issue 63): learned slopes and FoX's data-dependent ALiBi, as the comparison's.
+     Model("ALiBi, learned slopes", "learned_alibi"), Model("FoX (forget gate)", "fox")),
     strides=("0",), updates=5600, data="fairseq_alibi_lab.retrieval", scorer="fairseq_alibi_lab.retrieval",
     report="fairseq_alibi_lab.retrieval")
 
