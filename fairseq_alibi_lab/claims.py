@@ -236,7 +236,7 @@ RETRIEVAL += PAST_FIELD
 # FoX's paper claims better retrieval than ALiBi; learned slopes are ALiBi's own baseline. At 16L,
 # over the needles past L, by the first key word.
 ALIBI_FAMILY = tuple(Claim(f"{label} retrieves further than ALiBi past L ({task} at 16L)", (label, task, 16),
-                           ("ALiBi", task, 16), "higher", (FIRST_PAST_L,))
+                           ("ALiBi", task, 16), "higher", (FIRST_PAST_L,), declared="51e63bf")
                      for label in ("FoX (forget gate)", "ALiBi, learned slopes") for task in ("passkey", "multikey"))
 RETRIEVAL += ALIBI_FAMILY
 # The second scale (scale2) asks the comparison's claims of its own rows, which came after some of them
