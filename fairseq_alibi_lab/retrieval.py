@@ -166,10 +166,13 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
     from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint
     from fairseq_alibi.checkpoints import identity, read_state
-    from fairseq_alibi.files import append_lines, read_rows
+    from fairseq_alibi.files import append_lines, data_fingerprint, fingerprint, read_rows
     from fairseq_alibi.hf.export import hf_model_of
 
     scored = identity(checkpoint, read_state(checkpoint))
+    # What each row was scored with: the checkpoint file, the test prompts, the training text (the mixture).
+    fingerprints = {"checkpoint_sha256": fingerprint(checkpoint), "prompts_sha256": fingerprint(tests_path),
+                    "mixture_sha256": data_fingerprint(data, "train") if os.path.isfile(os.path.join(data, "train.idx")) else None}
     train_length, updates = scored["train_length"], scored["updates"]
     method = str(scored["model"]).split("_transformer_lm")[0]
     with open(tests_path) as f:
@@ -207,7 +210,7 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
                 first = sum(decoded[i][0] == answers[i][0] for i in range(len(group)))
                 rows.append({"label": label or None, **scored, "scaling": scaling, "task": name, "length": length, "depth": depth, "n": len(group),
                              "correct": correct, "accuracy": correct / len(group), "first_correct": first,
-                             "first_accuracy": first / len(group), "commit": provenance.commit(),
+                             "first_accuracy": first / len(group), **fingerprints, "commit": provenance.commit(),
                              "machine": provenance.machine(), **(fields or {})})
                 print(f"{label or rows[-1]['model']}{'' if scaling == 'none' else ' + ' + scaling}: {name} at {length} "
                       f"tokens, depth {depth:.0%}: {correct}/{len(group)} (first word {first})", flush=True)

@@ -144,6 +144,12 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
         + [("ntk", t, 80, d) for t in TASKS for d in (0.0, 0.25, 0.5, 0.75, 1.0)])
     assert all(r["n"] == 2 and r["label"] == "ALiBi" and r["updates"] == 4 and r["experiment"] == "retrieval" and
                r["recipe"] == "small" for r in rows)
+    from fairseq_alibi.files import data_fingerprint, fingerprint
+
+    assert {(r["prompts_sha256"], r["mixture_sha256"]) for r in rows} == {
+        (fingerprint(str(root / "test.jsonl")), data_fingerprint(str(root / "bin"), "train"))}  # what each row was scored with
+    assert {r["checkpoint_sha256"] for r in rows if "-s1" in r["checkpoint"]} == {
+        fingerprint(str(tmp_path / "checkpoints" / "alibi-L40-s1" / "checkpoint_last.pt"))}
     checkpoint = str(tmp_path / "checkpoints" / "alibi-L40-s1" / "checkpoint_last.pt")
     model, _, task = load_checkpoint(checkpoint, str(root / "bin"), kind="causal LM")
     dictionary = task.source_dictionary
