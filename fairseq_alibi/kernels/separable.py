@@ -97,10 +97,10 @@ def with_terms(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor]):
     original head dimension."""
     dim = q.size(-1)
     scale = dim ** -0.5
-    columns = SPLITS[q.dtype] if terms is not None else 0
-    width = padded_dim(dim, columns) if terms is not None else dim
     if terms is None:
         return q, k, v, scale
+    columns = SPLITS[q.dtype]
+    width = padded_dim(dim, columns)
     query_entry = 2.0 ** math.ceil(math.log2(dim) / 2)  # a power of two >= sqrt(dim): exact in any dtype
     parts = split(terms / (scale * query_entry), q.dtype, columns)  # each (batch or 1, heads, S)
     batch, heads, key_len = k.shape[:3]
