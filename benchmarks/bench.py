@@ -234,8 +234,12 @@ def run_job(job, in_process=False):
     """One measurement in a fresh subprocess (on CPU: its peak memory, the process's high-water mark,
     its own); in_process (on a GPU, whose peak resets per job, and the smoke test: the same code,
     without a fairseq start-up per job) in this one."""
-    if in_process:
-        return {**job, **(paired_training(job) if job["kind"] == "paired" else measure(job))}
+    if in_process:  # a job that fails is a row that says why, as from its own process
+        try:
+            return {**job, **(paired_training(job) if job["kind"] == "paired" else measure(job))}
+        except Exception as error:
+            tail = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            return {**job, "error": "out of memory" if "out of memory" in tail.lower() else tail}
     proc = subprocess.run([sys.executable, __file__, "--job", json.dumps({**job, "fresh_process": True})],
                           capture_output=True, text=True)
     if proc.returncode != 0:
