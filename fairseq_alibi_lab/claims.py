@@ -24,7 +24,7 @@ from one function (compare):
   "post hoc" where that came after the first row of its cells (Claim.after_data; a scoring added
   later, SCORINGS_DECLARED, makes its lines post hoc where it came after the experiment's first row).
   `scripts/claims.py RESULTS --experiment NAME --audit` recomputes both from git history and the
-  rows' commits; tests/test_claims.py checks them for every committed experiment.
+  rows' commits; tests/test_rebuild.py checks them for every committed experiment.
 A claim that A is "lower" is on perplexity; "higher" on exact match.
 Prints the Markdown table (and writes it to --out if given).
 """
@@ -50,46 +50,62 @@ class Claim:
 
 
 CLAIMS = (
-    Claim("KERPLE (log) extrapolates better than ALiBi", ("KERPLE log", 16), ("ALiBi", 16), "lower", declared="eced153", after_data=True),
-    Claim("FIRE extrapolates better than ALiBi", ("FIRE", 16), ("ALiBi", 16), "lower", declared="eced153", after_data=True),
+    Claim("KERPLE (log) extrapolates better than ALiBi", ("KERPLE log", 16), ("ALiBi", 16), "lower",
+          declared="eced153", after_data=True),
+    Claim("FIRE extrapolates better than ALiBi", ("FIRE", 16), ("ALiBi", 16), "lower",
+          declared="eced153", after_data=True),
     # The same at 8L, the longest the second scale (scale2, L=512) is scored at.
-    Claim("KERPLE (log) extrapolates better than ALiBi (8L)", ("KERPLE log", 8), ("ALiBi", 8), "lower", declared="14acbae", after_data=True),
-    Claim("FIRE extrapolates better than ALiBi (8L)", ("FIRE", 8), ("ALiBi", 8), "lower", declared="14acbae", after_data=True),
+    Claim("KERPLE (log) extrapolates better than ALiBi (8L)", ("KERPLE log", 8), ("ALiBi", 8), "lower",
+          declared="14acbae", after_data=True),
+    Claim("FIRE extrapolates better than ALiBi (8L)", ("FIRE", 8), ("ALiBi", 8), "lower",
+          declared="14acbae", after_data=True),
     Claim("YaRN closes rotary's gap past L (rotary + YaRN at 8L no worse than ALiBi)", ("Rotary + YaRN", 8),
           ("ALiBi", 8), "at most", declared="14acbae", after_data=True),
     # With a sliding window every token scored at 16L sees at least 8L tokens before it; at L,
     # at least L/2. Lower at 16L: the model uses context beyond its training length.
-    Claim("Sandwich uses context beyond L", ("Sandwich", 16), ("Sandwich", 1), "lower", ("L_valid/2",), declared="eced153"),
+    Claim("Sandwich uses context beyond L", ("Sandwich", 16), ("Sandwich", 1), "lower", ("L_valid/2",),
+          declared="eced153"),
     Claim("ALiBi uses context beyond L (the paper's claim, for reference)", ("ALiBi", 16), ("ALiBi", 1), "lower",
           ("L_valid/2",), declared="eced153", after_data=True),
-    Claim("NoPE generalises in length (2L no worse than L)", ("NoPE", 2), ("NoPE", 1), "at most", declared="eced153", after_data=True),
-    Claim("NoPE generalises in length (16L no worse than L)", ("NoPE", 16), ("NoPE", 1), "at most", declared="eced153", after_data=True),
+    Claim("NoPE generalises in length (2L no worse than L)", ("NoPE", 2), ("NoPE", 1), "at most",
+          declared="eced153", after_data=True),
+    Claim("NoPE generalises in length (16L no worse than L)", ("NoPE", 16), ("NoPE", 1), "at most",
+          declared="eced153", after_data=True),
     Claim("YaRN closes rotary's gap past L (rotary + YaRN at 16L no worse than ALiBi)", ("Rotary + YaRN", 16),
           ("ALiBi", 16), "at most", declared="eced153", after_data=True),
-    Claim("YaRN improves rotary past L", ("Rotary + YaRN", 16), ("Rotary", 16), "lower", declared="eced153", after_data=True),
+    Claim("YaRN improves rotary past L", ("Rotary + YaRN", 16), ("Rotary", 16), "lower",
+          declared="eced153", after_data=True),
     # The paper (section 3) tried trainable slopes and kept fixed ones: learning them does not help.
     Claim("Learned slopes do not help (ALiBi at L no worse than ALiBi with learned slopes)", ("ALiBi", 1),
           ("ALiBi, learned slopes", 1), "at most", declared="062d77b", after_data=True),
     Claim("Learned slopes do not help past L (ALiBi at 16L no worse than learned slopes)", ("ALiBi", 16),
           ("ALiBi, learned slopes", 16), "at most", declared="062d77b", after_data=True),
     # What docs/comparison.md reads off the tables, each checked the same way.
-    Claim("ALiBi beats the sinusoidal model at L (the main job's question)", ("ALiBi", 1), ("Sinusoidal", 1), "lower", declared="322d864", after_data=True),
-    Claim("KERPLE power beats KERPLE log at L", ("KERPLE power", 1), ("KERPLE log", 1), "lower", declared="322d864", after_data=True),
-    Claim("Rotary holds to 2L (2L no worse than L)", ("Rotary", 2), ("Rotary", 1), "at most", declared="322d864", after_data=True),
-    Claim("Linear interpolation improves rotary past L", ("Rotary + linear interp.", 16), ("Rotary", 16), "lower", declared="322d864", after_data=True),
-    Claim("YaRN improves rotary past L more than NTK", ("Rotary + YaRN", 16), ("Rotary + NTK", 16), "lower", declared="322d864", after_data=True),
+    Claim("ALiBi beats the sinusoidal model at L (the main job's question)", ("ALiBi", 1), ("Sinusoidal", 1), "lower",
+          declared="322d864", after_data=True),
+    Claim("KERPLE power beats KERPLE log at L", ("KERPLE power", 1), ("KERPLE log", 1), "lower",
+          declared="322d864", after_data=True),
+    Claim("Rotary holds to 2L (2L no worse than L)", ("Rotary", 2), ("Rotary", 1), "at most",
+          declared="322d864", after_data=True),
+    Claim("Linear interpolation improves rotary past L", ("Rotary + linear interp.", 16), ("Rotary", 16), "lower",
+          declared="322d864", after_data=True),
+    Claim("YaRN improves rotary past L more than NTK", ("Rotary + YaRN", 16), ("Rotary + NTK", 16), "lower",
+          declared="322d864", after_data=True),
     Claim("NTK rescaling of ALiBi's slopes costs perplexity at 16L (ALiBi below it)", ("ALiBi", 16),
           ("ALiBi + NTK", 16), "lower", declared="322d864", after_data=True),
     Claim("Dynamic NTK rescaling of ALiBi's slopes costs perplexity at 16L (ALiBi below it)", ("ALiBi", 16),
           ("ALiBi + dynamic NTK", 16), "lower", declared="322d864", after_data=True),
     # FoX's paper: the forget gate (data-dependent ALiBi) models language better and extrapolates.
-    Claim("FoX's forget gate improves on ALiBi at L", ("FoX (forget gate)", 1), ("ALiBi", 1), "lower", declared="062d77b", after_data=True),
-    Claim("FoX's forget gate extrapolates better than ALiBi", ("FoX (forget gate)", 16), ("ALiBi", 16), "lower", declared="062d77b", after_data=True),
+    Claim("FoX's forget gate improves on ALiBi at L", ("FoX (forget gate)", 1), ("ALiBi", 1), "lower",
+          declared="062d77b", after_data=True),
+    Claim("FoX's forget gate extrapolates better than ALiBi", ("FoX (forget gate)", 16), ("ALiBi", 16), "lower",
+          declared="062d77b", after_data=True),
 )
 # Other experiments' comparisons, as their results READMEs make them (claims.md beside their rows).
 DOCUMENTS = tuple(
     Claim(f"Training with documents apart lowers {method}'s perplexity{where} (each scored its own way)",
-          (f"{method}, trained apart, scored apart", k), (f"{method}, scored packed", k), "lower", declared="fde6ad2", after_data=True)
+          (f"{method}, trained apart, scored apart", k), (f"{method}, scored packed", k), "lower",
+          declared="fde6ad2", after_data=True)
     for method in ("ALiBi", "Rotary") for k, where in ((1, " at L"), (16, " at 16L")))
 CONVERSION = (
     Claim("Distillation recovers the conversion better than cross entropy (at L)", ("Converted + 200 distill", 1),
@@ -116,12 +132,18 @@ IMPORTED, CONTINUED = "GPT-2 (imported)", "GPT-2 continued"
 CONVERTED, CE, DISTILLED = ("GPT-2 -> ALiBi, converted", "GPT-2 -> ALiBi, recovered",
                             "GPT-2 -> ALiBi, recovered with distillation")
 GPT2_ALIBI = (
-    Claim("Dropping the positions costs the GPT-2 at L (imported below converted)", (IMPORTED, 1), (CONVERTED, 1), "lower", declared="f35756f", after_data=True),
-    Claim("Distillation recovers the conversion better than cross entropy (at L)", (DISTILLED, 1), (CE, 1), "lower", declared="f35756f", after_data=True),
-    Claim("Distillation recovers the conversion better than cross entropy (at 16L)", (DISTILLED, 16), (CE, 16), "lower", declared="f35756f", after_data=True),
-    Claim("The distilled conversion is no worse than the imported GPT-2 at L", (DISTILLED, 1), (IMPORTED, 1), "at most", declared="f35756f", after_data=True),
-    Claim("The distilled conversion is below the GPT-2 continued as long (at L)", (DISTILLED, 1), (CONTINUED, 1), "lower", declared="f35756f", after_data=True),
-    Claim("Cross entropy's conversion is below the GPT-2 continued as long (at L)", (CE, 1), (CONTINUED, 1), "lower", declared="f35756f", after_data=True),
+    Claim("Dropping the positions costs the GPT-2 at L (imported below converted)", (IMPORTED, 1), (CONVERTED, 1), "lower",
+          declared="f35756f", after_data=True),
+    Claim("Distillation recovers the conversion better than cross entropy (at L)", (DISTILLED, 1), (CE, 1), "lower",
+          declared="f35756f", after_data=True),
+    Claim("Distillation recovers the conversion better than cross entropy (at 16L)", (DISTILLED, 16), (CE, 16), "lower",
+          declared="f35756f", after_data=True),
+    Claim("The distilled conversion is no worse than the imported GPT-2 at L", (DISTILLED, 1), (IMPORTED, 1), "at most",
+          declared="f35756f", after_data=True),
+    Claim("The distilled conversion is below the GPT-2 continued as long (at L)", (DISTILLED, 1), (CONTINUED, 1), "lower",
+          declared="f35756f", after_data=True),
+    Claim("Cross entropy's conversion is below the GPT-2 continued as long (at L)", (CE, 1), (CONTINUED, 1), "lower",
+          declared="f35756f", after_data=True),
     Claim("The distilled conversion does not degrade past L (16L no worse than L)", (DISTILLED, 16), (DISTILLED, 1),
           "at most", declared="f35756f", after_data=True),
     Claim("Continuing the GPT-2 with the recipe's schedule sets it back (imported below continued, at L)", (IMPORTED, 1),
@@ -133,20 +155,24 @@ LITTLEBIRD = tuple(claim for k, where in ((1, "at L"), (16, "at 16L")) for claim
           ("ALiBi bialibi", k), "at most", ("0",), declared="30378a6", after_data=True),
     Claim(f"Padding insertion improves LittleBird ({where})", ("LittleBird + padding insertion", k), ("LittleBird", k),
           "lower", ("0",), declared="30378a6", after_data=True))) + (
-    Claim("LittleBird extrapolates (16L below L)", ("LittleBird", 16), ("LittleBird", 1), "lower", ("0",), declared="30378a6", after_data=True),)
+    Claim("LittleBird extrapolates (16L below L)", ("LittleBird", 16), ("LittleBird", 1), "lower", ("0",),
+          declared="30378a6", after_data=True),)
 LITTLEBIRD_LONG = (
     Claim("LittleBird trained at 512 costs nothing against the dense encoder (at L)", ("LittleBird", 1),
           ("ALiBi bialibi", 1), "at most", ("0",), declared="30378a6", after_data=True),
     Claim("LittleBird trained at 512 costs nothing against the dense encoder (at 8L)", ("LittleBird", 8),
           ("ALiBi bialibi", 8), "at most", ("0",), declared="30378a6", after_data=True),
-    Claim("LittleBird trained at 512 extrapolates (8L below L)", ("LittleBird", 8), ("LittleBird", 1), "lower", ("0",), declared="30378a6", after_data=True),
+    Claim("LittleBird trained at 512 extrapolates (8L below L)", ("LittleBird", 8), ("LittleBird", 1), "lower", ("0",),
+          declared="30378a6", after_data=True),
 )
 # The masked LMs of the bidirectional comparison (nonoverlapping; masked-token perplexity).
 MLM_VARIANTS = ("ALiBi symmetric", "ALiBi ruoss", "ALiBi bialibi", "ALiBi learned", "ALiBi one_sided")
 MLM = tuple(
-    Claim(f"The {twin} twin degrades past L (L below 16L)", (label, 1), (label, 16), "lower", ("0",), declared="fc7569c", after_data=True)
+    Claim(f"The {twin} twin degrades past L (L below 16L)", (label, 1), (label, 16), "lower", ("0",),
+          declared="fc7569c", after_data=True)
     for twin, label in (("sinusoidal", "Sinusoidal"), ("learned-position", "Learned positions"))) + tuple(
-    Claim(f"{label} does not degrade past L (16L at most L)", (label, 16), (label, 1), "at most", ("0",), declared="fc7569c", after_data=True)
+    Claim(f"{label} does not degrade past L (16L at most L)", (label, 16), (label, 1), "at most", ("0",),
+          declared="fc7569c", after_data=True)
     for label in MLM_VARIANTS) + tuple(
     Claim(f"{a} is below {b} at L", (a, 1), (b, 1), "lower", ("0",), declared="fc7569c", after_data=True) for a, b in (
         ("ALiBi one_sided", "ALiBi learned"), ("ALiBi learned", "ALiBi bialibi"), ("ALiBi bialibi", "ALiBi ruoss"),
@@ -158,7 +184,8 @@ SYNTHETIC = tuple(
     Claim(f"{label} beats the sinusoidal twin on {task} past the training sizes", (label, task, PAST),
           ("Sinusoidal", task, PAST), "higher", (EXACT_MATCH,), declared="fc7569c", after_data=True)
     for task in ("copy", "reverse") for label in MLM_VARIANTS) + tuple(
-    Claim(f"{a} beats {b} on {task} past the training sizes", (a, task, PAST), (b, task, PAST), "higher", (EXACT_MATCH,), declared="fc7569c", after_data=True)
+    Claim(f"{a} beats {b} on {task} past the training sizes", (a, task, PAST), (b, task, PAST), "higher", (EXACT_MATCH,),
+          declared="fc7569c", after_data=True)
     for task, a, b in (
         ("reverse", "ALiBi one_sided", "ALiBi bialibi"), ("reverse", "ALiBi one_sided", "ALiBi learned"),
         ("reverse", "ALiBi one_sided", "ALiBi symmetric"), ("reverse", "ALiBi one_sided", "ALiBi ruoss"),
@@ -170,7 +197,8 @@ SYNTHETIC = tuple(
 # each scored nonoverlapping.
 TRADE = tuple(
     Claim(f"The sinusoidal model trained at {t}L is no worse at its own length than the one trained at L",
-          ("Sinusoidal", t, t), ("Sinusoidal", 1), "at most", ("0",), declared="e5502a7", after_data=True) for t in (2, 4, 16)) + (
+          ("Sinusoidal", t, t), ("Sinusoidal", 1), "at most", ("0",),
+          declared="e5502a7", after_data=True) for t in (2, 4, 16)) + (
     Claim("ALiBi trained at L beats, at 16L, the sinusoidal model trained at 16L", ("ALiBi", 16), ("Sinusoidal", 16, 16),
           "lower", ("0",), declared="e5502a7", after_data=True),
     Claim("ALiBi trained at L, scored at 16L, beats the sinusoidal model trained and scored at L", ("ALiBi", 16),
@@ -258,18 +286,24 @@ def compare(a, b, relation, seeds=SEEDS):
     the test's (None where there is none)."""
     if not a or not b:
         return "", "", "no verdict (a cell not scored)", None
-    if min(len(a), len(b)) < seeds and set(b) != {FLOOR}:
-        return "", "", f"no verdict (n = {len(a)} and {len(b)}: the rule asks for {seeds} seeds a side)", None
     if set(b) == {FLOOR}:  # a floor from the prompts: one value, no seeds
-        return against_floor(a, b[FLOOR], relation, seeds)
-    (mean_a, std_a), (mean_b, std_b) = results.mean_std(list(a.values())), results.mean_std(list(b.values()))
-    separated = abs(mean_a - mean_b) > std_a + std_b
-    rule = "separated by the seeds' spread" if separated else "within the seeds' spread"
+        if len(a) < seeds:
+            return "", "", f"no verdict (n = {len(a)}: the rule asks for {seeds} seeds)", None
+        mean_a, std_a = results.mean_std(list(a.values()))
+        mean_b, separated = b[FLOOR], abs(mean_a - b[FLOOR]) > std_a
+        rule = "separated from the floor by the seeds' spread" if separated else "within the seeds' spread of the floor"
+        test, p = one_sample_test(a, b[FLOOR])
+    else:
+        if min(len(a), len(b)) < seeds:
+            return "", "", f"no verdict (n = {len(a)} and {len(b)}: the rule asks for {seeds} seeds a side)", None
+        (mean_a, std_a), (mean_b, std_b) = results.mean_std(list(a.values())), results.mean_std(list(b.values()))
+        separated = abs(mean_a - mean_b) > std_a + std_b
+        rule = "separated by the seeds' spread" if separated else "within the seeds' spread"
+        test, p = t_test(a, b)
     if not separated:
         verdict = "no difference shown" if relation == "at most" else "not separated"
     else:
         verdict = "supported" if (mean_a > mean_b if relation == "higher" else mean_a < mean_b) else "refuted"
-    test, p = t_test(a, b)
     if p is not None and separated and p > ALPHA:
         verdict += f"; the test disagrees (p > {ALPHA})"
     elif p is not None and not separated and p < ALPHA:
@@ -277,28 +311,12 @@ def compare(a, b, relation, seeds=SEEDS):
     return rule, test, verdict, p
 
 
-def against_floor(a, floor, relation, seeds=SEEDS):
-    """compare() against a floor computed from the prompts: separated where the mean is further from
-    it than the seeds' std; a one-sample t test beside it."""
+def one_sample_test(a, floor):
+    """(what, p): the two-sided p of a one-sample t test of a's values against the floor."""
     from scipy import stats
 
-    if len(a) < seeds:
-        return "", "", f"no verdict (n = {len(a)}: the rule asks for {seeds} seeds)", None
-    mean, std = results.mean_std(list(a.values()))
-    separated = abs(mean - floor) > std
-    rule = "separated from the floor by the seeds' spread" if separated else "within the seeds' spread of the floor"
-    if not separated:
-        verdict = "no difference shown" if relation == "at most" else "not separated"
-    else:
-        verdict = "supported" if (mean > floor if relation == "higher" else mean < floor) else "refuted"
     p = float(stats.ttest_1samp(list(a.values()), floor).pvalue)
-    if p != p:
-        return rule, "one-sample t: no spread, p undefined", verdict, None
-    if separated and p > ALPHA:
-        verdict += f"; the test disagrees (p > {ALPHA})"
-    elif not separated and p < ALPHA:
-        verdict += f"; the test disagrees (p < {ALPHA})"
-    return rule, f"one-sample t, p = {p:.2g}", verdict, p
+    return (f"one-sample t, p = {p:.2g}", p) if p == p else ("one-sample t: no spread, p undefined", None)
 
 
 def t_test(a, b):
