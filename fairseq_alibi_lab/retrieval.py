@@ -296,7 +296,7 @@ def score_model(runner, model, seed, checkpoint):
 def write_floors(runner):
     """OUT/floors.jsonl from the test prompts, once (the runner calls it with its unigram floor); floors
     of other prompts there are refused, not mixed."""
-    from fairseq_alibi.files import fingerprint, read_rows, written_whole
+    from fairseq_alibi.files import fingerprint, read_rows
 
     path, tests = os.path.join(runner.out, FLOOR_ROWS), tests_of(runner.data)
     if os.path.exists(path):
@@ -305,6 +305,13 @@ def write_floors(runner):
             raise SystemExit(f"error: {path} holds the floors of other test prompts ({', '.join(map(str, held))}, now "
                              f"{fingerprint(tests)}): move it away, or give another --out")
         return
+    save_floors(tests, path)
+
+
+def save_floors(tests, path):
+    """floor_rows(tests) written whole to path."""
+    from fairseq_alibi.files import written_whole
+
     rows = floor_rows(tests)
     with written_whole(path) as partial, open(partial, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
@@ -588,13 +595,9 @@ def main(argv=None):
     f.add_argument("out", help="a new JSON-lines file (the runner's: OUT/floors.jsonl)")
     args = p.parse_args(argv)
     if args.command == "floors":
-        from fairseq_alibi.files import written_whole
-
         if os.path.exists(args.out):
             p.error(f"{args.out} exists: floors are written whole, once; give a new path")
-        rows = floor_rows(args.tests)
-        with written_whole(args.out) as partial, open(partial, "w") as out:
-            out.writelines(json.dumps(r) + "\n" for r in rows)
+        save_floors(args.tests, args.out)
         return 0
     if args.command == "make":
         need = max(map(shortest, TASKS))
