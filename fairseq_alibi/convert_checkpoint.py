@@ -140,6 +140,10 @@ def main(argv=None):
     model_cfg = converted["cfg"]["model"]
     if kept and os.path.isfile(os.path.join(kept, "dict.txt")) and not model_cfg.get(dictionaries.RECORDED):
         model_cfg[dictionaries.RECORDED] = dictionaries.dictionary_fingerprint(kept)  # recorded inside it too
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(args.target)), exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the directory of {args.target} ({e.strerror or e}): give another target")
     with written_whole(args.target) as partial:  # a failed write (a full disk) leaves no truncated checkpoint
         try:
             torch.save(converted, partial)

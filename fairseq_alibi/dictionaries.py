@@ -152,9 +152,21 @@ def record(save_dir: str, data: str) -> Optional[str]:
     return None
 
 
+# The byte-level BPE that turns text into a dictionary's symbols where they are GPT-2 ids (fairseq's
+# hf_byte_bpe reads them; the export builds its tokenizer from them): kept with the dictionary.
+BPE_FILES = ("vocab.json", "merges.txt")
+
+
 def keep(data: str, save_dir: str) -> Optional[str]:
-    """Copy DATA's dictionaries into SAVE_DIR (each through a temporary name); None if done or
-    already there, else why not (SAVE_DIR holds another dictionary)."""
+    """Copy DATA's dictionaries (and their BPE files, if there) into SAVE_DIR (each through a
+    temporary name); None if done or already there, else why not (SAVE_DIR holds another dictionary)."""
+    for name in BPE_FILES if all(os.path.isfile(os.path.join(data, n)) for n in BPE_FILES) else ():
+        source, target = os.path.join(data, name), os.path.join(save_dir, name)
+        if os.path.isfile(target) and open(target, "rb").read() != open(source, "rb").read():
+            return f"{save_dir} holds another {name} than {data}'s: give its own data, or another SAVE_DIR"
+        if not os.path.isfile(target):
+            with written_whole(target) as partial:
+                shutil.copyfile(source, partial)
     for name in dictionary_files(data):
         source, target = os.path.join(data, name), os.path.join(save_dir, name)
         if os.path.isfile(target):

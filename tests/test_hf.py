@@ -16,6 +16,7 @@ pytest.importorskip("transformers")
 
 from fairseq_alibi.hf.export import (bloom_layout_problem, bloom_model_of, hf_model_of, refuse_unsupported,  # noqa: E402
                                      write_folder)
+from fairseq_alibi.hf.tokenizer import word_level_tokenizer  # noqa: E402
 
 SMALL_TINY = ["--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-input-dim", "32",
               "--decoder-output-dim", "32", "--decoder-ffn-embed-dim", "64", "--adaptive-input-cutoff", "20,40",
@@ -73,7 +74,7 @@ def exported(tmp_path_factory):
             out = tmp_path_factory.mktemp("hf") / kind
             hf = hf_model_of(model, dictionary, {"source": kind})
             assert (bloom_layout_problem(hf.config) is None) == (kind == "bloom"), bloom_layout_problem(hf.config)
-            write_folder(bloom_model_of(hf) if kind == "bloom" else hf, dictionary, str(out))
+            write_folder(bloom_model_of(hf) if kind == "bloom" else hf, word_level_tokenizer(dictionary), str(out))
             cache[kind] = model, dictionary, AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval(), out
         return cache[kind]
     return get

@@ -13,13 +13,14 @@ position (exactly them for an adaptive softmax).
 """
 import argparse
 import enum
+import json
 import os
 import sys
 
 import torch
 
 from ..checkpoints import field, model_and_task, read_state
-from ..files import folder_written_whole, new_folder_problem
+from ..files import folder_written_whole, new_folder_problem, one_line_on_disk_faults
 from ..provenance import commit
 from .bundle import FILE_NAME, bundled_source
 
@@ -199,8 +200,9 @@ def bloom_model_of(hf):
     return bloom
 
 
-def export(checkpoint, out_dir, data=None, remote_code=False):
-    """Write the folder; SystemExit with one line (and nothing written) on bad input."""
+def export(checkpoint, out_dir, data=None, remote_code=False, tokenizer=None):
+    """Write the folder; SystemExit with one line (and nothing written) on bad input. tokenizer: the
+    folder of a BPE dictionary's vocab.json and merges.txt (default: data's, else the checkpoint's)."""
     from ..build import load_checkpoint
 
     if new_folder_problem(out_dir):
@@ -210,6 +212,7 @@ def export(checkpoint, out_dir, data=None, remote_code=False):
     data = data or os.path.dirname(os.path.abspath(checkpoint))
     if not os.path.isfile(os.path.join(data, "dict.txt")):
         raise CannotExport(f"no dict.txt in {data}: give the training data's directory with --data")
+    text_tokenizer = exported_tokenizer(checkpoint, data, tokenizer)
     try:
         model, cfg, task = load_checkpoint(checkpoint, data, kind="causal LM")
     except SystemExit as error:  # load_checkpoint's one line
@@ -226,23 +229,49 @@ def export(checkpoint, out_dir, data=None, remote_code=False):
     hf = hf_model_of(model, dictionary, provenance)
     if not remote_code and bloom_layout_problem(hf.config) is None:
         hf = bloom_model_of(hf)
-    write_folder(hf, dictionary, out_dir)
+    write_folder(hf, text_tokenizer, out_dir)
     return hf
 
 
-def write_folder(hf, dictionary, out_dir):
+def exported_tokenizer(checkpoint, data, tokenizer=None):
+    """The tokenizer of data's dict.txt (hf/tokenizer.py), its BPE files from the folder `tokenizer`,
+    else data's, else the checkpoint's; made before the model loads, so that a refusal is one line."""
+    from fairseq.data import Dictionary
+
+    from .tokenizer import tokenizer_for
+
+    if tokenizer and not os.path.isdir(tokenizer):
+        raise CannotExport(f"--tokenizer {tokenizer} is not a directory")
+    try:
+        return tokenizer_for(Dictionary.load(os.path.join(data, "dict.txt")),
+                             [tokenizer] if tokenizer else [data, os.path.dirname(os.path.abspath(checkpoint))])
+    except SystemExit as error:
+        raise CannotExport(f"{os.path.basename(checkpoint)}: {error.code}") from None
+
+
+def write_folder(hf, tokenizer, out_dir):
     """The model, its modeling file and tokenizer, into out_dir (a new or empty directory) through a
     temporary sibling: an interrupted export leaves no half-written folder."""
-    from .tokenizer import word_level_tokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a refusal (a full disk) is one line
     with folder_written_whole(out_dir) as partial:
         hf.save_pretrained(partial)
         if hf.config.model_type == "fairseq_alibi":  # stock BLOOM needs no code of ours
             with open(os.path.join(partial, FILE_NAME), "w", encoding="utf-8") as f:
                 f.write(bundled_source())
-        word_level_tokenizer(dictionary).save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        # transformers 5 names its class TokenizersBackend, which 4.x (what TGI, older vLLM and
+        # llama.cpp's converter pin) does not know; PreTrainedTokenizerFast loads in both, same ids.
+        config_path = os.path.join(partial, "tokenizer_config.json")
+        with open(config_path, encoding="utf-8") as f:
+            tokenizer_config = json.load(f)
+        tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        with open(config_path, "w", encoding="utf-8") as f:
+            json.dump(tokenizer_config, f, indent=2, ensure_ascii=False)
 
 
+@one_line_on_disk_faults
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="fairseq-alibi-export-hf", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -250,11 +279,16 @@ def main(argv=None):
     parser.add_argument("out_dir", help="a new or empty directory")
     parser.add_argument("--data", help="the directory of the training data's dict.txt (default: the checkpoint's "
                                        "directory, where scripts/train.sh keeps a copy)")
+    parser.add_argument("--tokenizer", help="a BPE model's vocab.json and merges.txt folder (default: --data's, else the "
+                                            "checkpoint's; fairseq-alibi-import-hf writes them)")
     parser.add_argument("--remote-code", action="store_true",
                         help="write this package's model class even for a model in BLOOM's layout (which otherwise "
                              "becomes stock BLOOM: model_type bloom, no remote code)")
     args = parser.parse_args(argv)
-    export(args.checkpoint, args.out_dir, args.data, args.remote_code)
+    import logging
+
+    logging.getLogger("fairseq").setLevel(logging.WARNING)  # its loading notes; a refusal is one line
+    export(args.checkpoint, args.out_dir, args.data, args.remote_code, args.tokenizer)
     print(f"exported {args.checkpoint} to {args.out_dir}", file=sys.stderr)
 
 

@@ -21,10 +21,12 @@ import sys
 import torch
 
 from .. import dictionaries
-from ..files import folder_written_whole, new_folder_problem
+from ..files import folder_written_whole, new_folder_problem, one_line_on_disk_faults
 from ..provenance import commit
 
 SPECIALS = 4  # fairseq's <s>, <pad>, </s>, <unk>
+HF_TOKENIZER = "hf-tokenizer"  # the folder the imported model's own tokenizer files are kept in
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
 ACTIVATIONS = {"gelu_new": "gelu_accurate", "gelu_pytorch_tanh": "gelu_accurate", "gelu": "gelu", "relu": "relu"}
 
 
@@ -34,7 +36,10 @@ class CannotImport(SystemExit):
 
 
 def read_gpt2(hf_dir):
-    """The GPT2LMHeadModel of the folder, or CannotImport naming why it is not one we can map."""
+    """The GPT2LMHeadModel of the folder, or CannotImport naming why it is not one we can map: every
+    weight the config asks for is in the files and every tensor of the files is one it asks for (a
+    config of another model, or of more layers than the weights hold, is refused, never filled with
+    random weights)."""
     path = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(path):
         raise CannotImport(f"{hf_dir} is not a Hugging Face model folder (no config.json)")
@@ -42,14 +47,33 @@ def read_gpt2(hf_dir):
         config = json.load(open(path))
     except ValueError:
         raise CannotImport(f"{path} is not JSON") from None
-    if config.get("model_type") != "gpt2":
-        raise CannotImport(f"{hf_dir} holds a {config.get('model_type')!r} model, not GPT-2 (model_type 'gpt2')")
+    if not isinstance(config, dict) or config.get("model_type") != "gpt2":
+        kind = config.get("model_type") if isinstance(config, dict) else None
+        raise CannotImport(f"{hf_dir} holds a {kind!r} model, not GPT-2 (model_type 'gpt2')")
     from transformers import GPT2LMHeadModel
+    from transformers.utils import logging as hf_logging
 
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # its report of missing weights is ours to give, in one line
+    hf_logging.disable_progress_bar()
     try:
-        model = GPT2LMHeadModel.from_pretrained(hf_dir).float().eval()
-    except (OSError, ValueError, RuntimeError) as error:
-        raise CannotImport(f"{hf_dir}: its weights do not load ({type(error).__name__}: {str(error).splitlines()[0]})") from None
+        # mismatched sizes reported, not raised: refused below with their names
+        model, loading = GPT2LMHeadModel.from_pretrained(hf_dir, output_loading_info=True, ignore_mismatched_sizes=True)
+    except Exception as error:  # noqa: BLE001  (a truncated or foreign file raises many types)
+        raise CannotImport(f"{hf_dir}: its weights do not load ({type(error).__name__}: "
+                           f"{(str(error).strip().splitlines() or [''])[0][:200]})") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    for what, keys in (("lacks weights its config.json asks for", loading["missing_keys"]),
+                       ("holds weights its config.json has no place for", loading["unexpected_keys"]),
+                       ("holds weights of other shapes than its config.json says", loading["mismatched_keys"])):
+        if keys:
+            names = sorted(k if isinstance(k, str) else k[0] for k in keys)
+            raise CannotImport(f"{hf_dir} {what} ({len(names)}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
+                               "its config.json is not its weights' (another model's, or another size)")
+    model = model.float().eval()
     c = model.config
     unsupported = [("activation_function", c.activation_function not in ACTIVATIONS),
                    ("scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx),
@@ -62,12 +86,37 @@ def read_gpt2(hf_dir):
     return model
 
 
-def fairseq_flags(config):
+def tied(gpt2):
+    """Whether the output layer is the input embeddings (GPT-2's default) or a matrix of its own."""
+    return gpt2.lm_head.weight.data_ptr() == gpt2.transformer.wte.weight.data_ptr()
+
+
+def vocabulary_problem(hf_dir, gpt2, words):
+    """None if the folder's tokenizer and end-of-text id fit the weights, else why not (one line)."""
+    size, eos = gpt2.config.vocab_size, gpt2.config.eos_token_id
+    if words is None and (not isinstance(eos, int) or isinstance(eos, bool) or not 0 <= eos < size):
+        return (f"{hf_dir}: its eos_token_id {eos!r} is not a token of its {size} (fairseq's </s>, which starts "
+                "every context, is GPT-2's end of text): set it in config.json")
+    if words is not None and len(words) != size:
+        return f"{hf_dir}: its tokenizer has {len(words)} words, its weights {size}: the tokenizer is another model's"
+    model = tokenizer_model(hf_dir, "BPE")
+    if model is not None:
+        path = os.path.join(hf_dir, "tokenizer.json")
+        added = [t.get("id", -1) for t in json.load(open(path, encoding="utf-8")).get("added_tokens", [])]
+        largest = max([*model["vocab"].values(), *added], default=-1)
+        if largest >= size:
+            return (f"{hf_dir}: its tokenizer gives ids up to {largest}, its weights have {size} rows: the tokenizer "
+                    "is another model's")
+    return None
+
+
+def fairseq_flags(config, shared=True):
+    """fairseq-train's flags for the GPT-2 of config; shared: its output layer is its input embeddings."""
     return ["--arch", "transformer_lm", "--decoder-layers", str(config.n_layer), "--decoder-embed-dim", str(config.n_embd),
             "--decoder-input-dim", str(config.n_embd), "--decoder-output-dim", str(config.n_embd),
             "--decoder-ffn-embed-dim", str(config.n_inner or 4 * config.n_embd),
             "--decoder-attention-heads", str(config.n_head), "--decoder-normalize-before", "--decoder-learned-pos",
-            "--no-scale-embedding", "--share-decoder-input-output-embed",
+            "--no-scale-embedding", *(["--share-decoder-input-output-embed"] if shared else []),
             "--activation-fn", ACTIVATIONS[config.activation_function],
             "--tokens-per-sample", str(config.n_positions), "--max-target-positions", str(config.n_positions),
             "--dropout", str(config.resid_pdrop), "--attention-dropout", str(config.attn_pdrop)]
@@ -78,7 +127,10 @@ def tokenizer_model(hf_dir, kind):
     path = os.path.join(hf_dir, "tokenizer.json")
     if not os.path.isfile(path):
         return None
-    model = json.load(open(path, encoding="utf-8")).get("model", {})
+    try:
+        model = json.load(open(path, encoding="utf-8")).get("model", {})
+    except (ValueError, AttributeError):
+        raise CannotImport(f"{path} is not a tokenizers JSON file: remove it, or give the model's own") from None
     return model if model.get("type") == kind else None
 
 
@@ -92,33 +144,62 @@ def fairseq_words(hf_dir):
     return words if words[:SPECIALS] == ["<s>", "<pad>", "</s>", "<unk>"] else None
 
 
+class Taken(dict):
+    """GPT-2's tensors by name, each to be taken exactly once (take): what is left or taken twice
+    is a weight the import would drop or duplicate unseen."""
+
+    def __init__(self, tensors):
+        super().__init__(tensors)
+        self.taken = []
+
+    def take(self, name):
+        self.taken.append(name)
+        return self[name]
+
+    def problem(self):
+        twice = sorted({n for n in self.taken if self.taken.count(n) > 1})
+        left = sorted(set(self) - set(self.taken))
+        if twice or left:
+            return f"GPT-2 tensors {'used twice: ' + ', '.join(twice) if twice else 'left unused: ' + ', '.join(left)}"
+        return None
+
+
 def gpt2_state(gpt2, fairseq_state, padding_idx, eos, offset=SPECIALS):
-    """fairseq's state dict (its own keys, every one filled) from GPT-2's weights; fairseq index =
-    GPT-2 id + offset."""
-    hf = {k: v.detach().float() for k, v in gpt2.state_dict().items()}
+    """fairseq's state dict (its own keys, every one filled) from GPT-2's weights, every one of them
+    used exactly once (its tied lm_head is its input embeddings: one tensor); fairseq index = GPT-2
+    id + offset."""
+    hf = Taken({k: v.detach().float() for k, v in gpt2.state_dict().items()
+                if not (k == "lm_head.weight" and tied(gpt2))})
     d = gpt2.config.n_embd
-    state = {}
-    tokens = hf["transformer.wte.weight"]
-    embed = torch.zeros(tokens.size(0) + offset, d)
-    embed[offset:] = tokens
-    if offset:
-        embed[eos] = tokens[gpt2.config.eos_token_id]
-    state["decoder.embed_tokens.weight"] = embed
-    state["decoder.output_projection.weight"] = embed  # tied, as GPT-2's lm_head
-    positions = hf["transformer.wpe.weight"]
+
+    def vocabulary(tokens):  # GPT-2's rows at fairseq's indices; fairseq's </s> is GPT-2's end of text
+        rows = torch.zeros(tokens.size(0) + offset, d)
+        rows[offset:] = tokens
+        if offset:
+            rows[eos] = tokens[gpt2.config.eos_token_id]
+        return rows
+
+    state = {"decoder.embed_tokens.weight": vocabulary(hf.take("transformer.wte.weight"))}
+    state["decoder.output_projection.weight"] = (state["decoder.embed_tokens.weight"] if tied(gpt2)
+                                                 else vocabulary(hf.take("lm_head.weight")))
+    positions = hf.take("transformer.wpe.weight")
     state["decoder.embed_positions.weight"] = torch.cat([torch.zeros(padding_idx + 1, d), positions])
     for i in range(gpt2.config.n_layer):
         h, f = f"transformer.h.{i}.", f"decoder.layers.{i}."
         # Conv1D keeps (in, out): transposed; c_attn packs q, k, v along its output.
+        qkv_weight, qkv_bias = hf.take(f"{h}attn.c_attn.weight"), hf.take(f"{h}attn.c_attn.bias")
         for name, chunk in zip(("q_proj", "k_proj", "v_proj"), range(3)):
-            state[f"{f}self_attn.{name}.weight"] = hf[f"{h}attn.c_attn.weight"][:, chunk * d:(chunk + 1) * d].t()
-            state[f"{f}self_attn.{name}.bias"] = hf[f"{h}attn.c_attn.bias"][chunk * d:(chunk + 1) * d]
+            state[f"{f}self_attn.{name}.weight"] = qkv_weight[:, chunk * d:(chunk + 1) * d].t()
+            state[f"{f}self_attn.{name}.bias"] = qkv_bias[chunk * d:(chunk + 1) * d]
         pairs = {"self_attn.out_proj": "attn.c_proj", "fc1": "mlp.c_fc", "fc2": "mlp.c_proj"}
         for ours, theirs in pairs.items():
-            state[f"{f}{ours}.weight"], state[f"{f}{ours}.bias"] = hf[f"{h}{theirs}.weight"].t(), hf[f"{h}{theirs}.bias"]
+            state[f"{f}{ours}.weight"], state[f"{f}{ours}.bias"] = hf.take(f"{h}{theirs}.weight").t(), hf.take(f"{h}{theirs}.bias")
         for ours, theirs in {"self_attn_layer_norm": "ln_1", "final_layer_norm": "ln_2"}.items():
-            state[f"{f}{ours}.weight"], state[f"{f}{ours}.bias"] = hf[f"{h}{theirs}.weight"], hf[f"{h}{theirs}.bias"]
-    state["decoder.layer_norm.weight"], state["decoder.layer_norm.bias"] = hf["transformer.ln_f.weight"], hf["transformer.ln_f.bias"]
+            state[f"{f}{ours}.weight"], state[f"{f}{ours}.bias"] = hf.take(f"{h}{theirs}.weight"), hf.take(f"{h}{theirs}.bias")
+    state["decoder.layer_norm.weight"], state["decoder.layer_norm.bias"] = (hf.take("transformer.ln_f.weight"),
+                                                                             hf.take("transformer.ln_f.bias"))
+    if hf.problem():
+        raise CannotImport(f"{hf.problem()}: this GPT-2 has weights the import does not map")
     missing = [k for k, v in fairseq_state.items() if k not in state and v.is_floating_point() and not k.endswith("version")]
     if missing:
         raise RuntimeError(f"GPT-2 import left fairseq parameters unset: {missing}")
@@ -150,6 +231,9 @@ def import_gpt2(hf_dir, out_dir, seed=None):
     if new_folder_problem(out_dir):
         raise CannotImport(new_folder_problem(out_dir))
     gpt2 = read_gpt2(hf_dir)
+    problem = vocabulary_problem(hf_dir, gpt2, fairseq_words(hf_dir))
+    if problem:
+        raise CannotImport(problem)
     from fairseq import options, tasks  # after the checks: a refusal does not wait seconds for fairseq
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
@@ -159,7 +243,12 @@ def import_gpt2(hf_dir, out_dir, seed=None):
         with open(os.path.join(partial, "dict.txt"), "w") as f:
             f.writelines(f"{w} 1\n" for w in (words[SPECIALS:] if words else range(gpt2.config.vocab_size)))
         has_bpe = words is None and byte_level_files(hf_dir, partial)
-        argv = ["--task", "language_modeling", partial, *fairseq_flags(gpt2.config)]
+        kept = [n for n in HF_TOKENIZER_FILES if os.path.isfile(os.path.join(hf_dir, n))]
+        if kept:  # the model's own tokenizer, as it came (the export's is made from dict.txt and the BPE files)
+            os.makedirs(os.path.join(partial, HF_TOKENIZER))
+            for name in kept:
+                shutil.copyfile(os.path.join(hf_dir, name), os.path.join(partial, HF_TOKENIZER, name))
+        argv = ["--task", "language_modeling", partial, *fairseq_flags(gpt2.config, shared=tied(gpt2))]
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
@@ -183,6 +272,7 @@ def import_gpt2(hf_dir, out_dir, seed=None):
                    os.path.join(partial, "checkpoint.pt"))
 
 
+@one_line_on_disk_faults
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="fairseq-alibi-import-hf", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -191,6 +281,14 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, help="the seed the model was trained with, recorded as its training "
                         "seed (results rows read it; without it fairseq's default, 1, stands there)")
     args = parser.parse_args(argv)
+    import logging
+
+    import warnings
+
+    # fairseq's loading notes, hydra's on its own API as fairseq calls it: a refusal is one line
+    for name in ("fairseq", "hydra"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.simplefilter("ignore", UserWarning)
     import_gpt2(args.hf_dir, args.out_dir, args.seed)
     print(f"imported {args.hf_dir} to {args.out_dir}/checkpoint.pt", file=sys.stderr)
 
