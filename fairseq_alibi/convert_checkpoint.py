@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import sys
 
 import torch
 
@@ -29,7 +30,7 @@ from fairseq.models.transformer_lm import TransformerLanguageModelConfig
 from . import dictionaries
 from .base import ConfigError
 from .decoder import fairseq_config
-from .files import written_whole
+from .files import one_line_on_disk_faults, written_whole
 from .positions import METHODS
 from .checkpoints import checkpoint_kind, with_article
 
@@ -116,6 +117,7 @@ def convert_state(state, replace_positions=False, name="checkpoint"):
     return state
 
 
+@one_line_on_disk_faults
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", help="the checkpoint to convert, e.g. alibi_wt103_L512.pt")
@@ -123,12 +125,16 @@ def main(argv=None):
     p.add_argument("--replace-positions", action="store_true",
                    help="convert a stock transformer_lm: drop its learned or sinusoidal positions for ALiBi")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout, force=True)  # notes; a refusal alone on stderr
     if not os.path.isfile(args.source):
         raise ConfigError(f"no checkpoint at {args.source}")
     if os.path.exists(args.target):  # the source itself too, under any name
         raise ConfigError(f"{args.target} exists: write the converted checkpoint to a new file "
                           "(nothing is overwritten)")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(args.target)), exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the directory of {args.target} ({e.strerror or e}): give another target")
     try:
         state = torch.load(args.source, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001  (unpickling errors have many types)
@@ -140,10 +146,6 @@ def main(argv=None):
     model_cfg = converted["cfg"]["model"]
     if kept and os.path.isfile(os.path.join(kept, "dict.txt")) and not model_cfg.get(dictionaries.RECORDED):
         model_cfg[dictionaries.RECORDED] = dictionaries.dictionary_fingerprint(kept)  # recorded inside it too
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(args.target)), exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"cannot create the directory of {args.target} ({e.strerror or e}): give another target")
     with written_whole(args.target) as partial:  # a failed write (a full disk) leaves no truncated checkpoint
         try:
             torch.save(converted, partial)

@@ -2,6 +2,8 @@
 tables, checkpoints, dictionaries). Plain Python, no torch or fairseq.
 """
 import contextlib
+import errno
+import functools
 import json
 import os
 import uuid
@@ -21,8 +23,47 @@ def written_whole(target):
         raise SystemExit(f"error: could not write {target} ({e.strerror or e}): "
                          f"{'its previous version is kept' if os.path.exists(target) else 'nothing was written'}")
     finally:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # absent, or on a disk that now refuses even this: the error above says why
             os.remove(partial)
+
+
+def disk_fault(error):
+    """The one line for an error of the disk or the file system, naming the path, or None for
+    another error: an OSError, or what torch's zip writer and safetensors raise on a full disk."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                                                      errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST):
+        where = f" {error.filename}" if error.filename else ""
+        advice = {errno.ENOSPC: "free some space, or give another output", errno.EDQUOT: "free some space, or give another output",
+                  errno.EROFS: "give an output on a writable disk"}.get(error.errno, "give another path")
+        return f"cannot use{where} ({error.strerror or error}): {advice}"
+    text = str(error)
+    if "No space left on device" in text or "os error 28" in text or "inline_container" in text or "file write failed" in text:
+        return ("a file could not be written (the disk is full: " + (text.strip().splitlines() or [""])[0][-100:]
+                + "): free some space, or give another output; nothing half-written is kept")
+    return None
+
+
+def one_line_on_disk_faults(main):
+    """main, with a fault of the disk or the file system (full, read-only, no permission, a missing
+    directory) ending the program in one line naming the path, never a traceback; what was being
+    written is the writer's to leave whole or absent (written_whole, folder_written_whole)."""
+    @functools.wraps(main)
+    def guarded(*args, **kwargs):
+        import signal
+
+        with contextlib.suppress(ValueError):  # not the main thread: left as it is
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # SIGTERM stops as Ctrl-C: clean-ups run
+                signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            return main(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise SystemExit("stopped (nothing is left half-written): run the same command again") from None
+        except Exception as error:  # noqa: BLE001  (the writers' errors have many types; others are raised again)
+            line = disk_fault(error)
+            if line is None:
+                raise
+            raise SystemExit(f"error: {line}") from None
+    return guarded
 
 
 def new_folder_problem(out_dir):
@@ -42,13 +83,16 @@ def folder_written_whole(out_dir):
 
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
-    partial = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.", suffix=".part", dir=parent)
+    try:
+        partial = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.", suffix=".part", dir=parent)
+    except OSError as e:  # named by the folder asked for, not the temporary one
+        raise OSError(e.errno, e.strerror, out_dir) from None
     try:
         yield partial
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)  # empty (new_folder_problem): anything put there since is kept, and this fails
         os.rename(partial, out_dir)
-    finally:
+    finally:  # also on Ctrl-C or SIGTERM (as KeyboardInterrupt): no hidden .part folder left behind
         shutil.rmtree(partial, ignore_errors=True)
 
 
@@ -80,7 +124,13 @@ def require_appendable(path):
 def append_lines(path, lines):
     """Append result lines (JSON rows) to path (its directory made if missing). If the disk refuses
     (full, read-only), exit with one line that carries the lines themselves: a result that took
-    minutes is never lost unseen."""
+    minutes is never lost unseen. A row that measured NaN or an infinity (json writes them bare) is
+    refused, nothing appended: a diverged score is an error, never a number in a table."""
+    for line in lines:
+        not_numbers = [n for n in ("NaN", "Infinity") if n in line and not_a_number(line, n)]
+        if not_numbers:
+            raise SystemExit(f"error: a score came out {not_numbers[0]} (the model diverged, or a bug): not recorded "
+                             f"in {path}: " + line[:300])
     existed = os.path.exists(path)
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -97,6 +147,16 @@ def append_lines(path, lines):
             os.remove(path)  # ours, and empty: no empty OUT left behind
         raise SystemExit(f"error: could not append to {path} ({e.strerror or e}); the result, to keep by hand: "
                          + " ".join(lines))
+
+
+def not_a_number(line, name):
+    """Whether the JSON line holds the bare constant `name` (NaN, Infinity), not just the text in a string."""
+    found = []
+    try:
+        json.loads(line, parse_constant=found.append)
+    except ValueError:
+        return False
+    return bool(found)
 
 
 def options_changed(path, options):
@@ -212,7 +272,8 @@ def identity_problem(rows, checkpoint, identity, out):
         for name, now in identity.items():
             if now is not None and row.get(name) not in (None, now):
                 what = {"checkpoint_sha256": "scored on another checkpoint file at that path",
-                        "data_sha256": "scored on other data", "train_flags": "trained with other --train-flags"}[name]
+                        "data_sha256": "scored on other data", "train_flags": "trained with other --train-flags",
+                        "train_data_sha256": "trained on other data"}[name]
                 return (f"{out} holds rows of {checkpoint} {what} ({name} {row[name]!r}, now {now!r}): they are "
                         f"not this run's; move them out of {out}, or give another output")
     return None

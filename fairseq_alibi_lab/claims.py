@@ -34,7 +34,7 @@ import functools
 import os
 from fairseq_alibi_lab import results
 from fairseq_alibi_lab.retrieval import FLOOR, METRICS as RETRIEVAL_METRICS
-from fairseq_alibi_lab.results import written_whole
+from fairseq_alibi_lab.results import one_line_on_disk_faults, written_whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -537,6 +537,33 @@ def audit(found, locate, claims, paths, date=git_date):
     return "\n".join(lines_) + "\n", wrong
 
 
+def rows_problem(paths, experiment):
+    """None, or the one line refusing rows the verdicts must not count: rows of another experiment than
+    `experiment` (or the ones whose runs it shares: runner.EXPERIMENTS), or a model's rows at more than
+    one number of updates (another run, which would count as more seeds)."""
+    from fairseq_alibi.files import read_rows
+    from fairseq_alibi_lab.runner import EXPERIMENTS
+
+    declared = EXPERIMENTS.get(experiment)
+    allowed = {experiment, *(m.shared[0] for m in declared.models if m.shared), declared.checkpoints} if declared else {experiment}
+    updates = {}
+    for path in paths:
+        for row in read_rows(path):
+            if row.get("model") == "unigram":
+                continue
+            if row.get("experiment") not in (None, *allowed):
+                other = row["experiment"]
+                return (f"{path} holds rows of the {other} experiment (e.g. {row.get('label')!r}), not {experiment}'s: "
+                        + (f"give --experiment {other}, or the rows of {experiment}" if other in EXPERIMENT_CLAIMS
+                           else f"{other} declares no claims; give the rows of {experiment}"))
+            updates.setdefault(row.get("label"), {}).setdefault(row.get("updates"), path)
+    for label, runs in updates.items():
+        if len(runs) > 1:
+            return (f"rows of {label!r} at {' and '.join(map(str, sorted(runs, key=str)))} updates ({', '.join(sorted(set(runs.values())))}): "
+                    "another run's rows would count as more seeds; give the rows of one run")
+    return None
+
+
 def cell_name(text):
     """"LABEL@K" -> (LABEL, K), K the multiple of L; one line naming the form otherwise."""
     label, _, multiple = text.rpartition("@")
@@ -545,6 +572,7 @@ def cell_name(text):
     return label, int(multiple)
 
 
+@one_line_on_disk_faults
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", help="the comparison's results.jsonl (scripts/experiment.py comparison)")
@@ -624,6 +652,9 @@ def main():
                             a, b, relation, tuple(scored))]
         found, length = cells(rows)
         locate = perplexity_cells(length)
+    problem = rows_problem(raw, args.experiment)
+    if problem:
+        raise SystemExit(f"error: {problem}")
     if args.audit:
         report, wrong = audit(found, locate, claims, raw)
         print(report, end="")

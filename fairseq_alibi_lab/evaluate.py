@@ -172,9 +172,9 @@ def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
     With resume, a measurement already in its output file (files.row_key) is not made again.
     fields: added to every row. Returns how many measurements were made."""
     fields = fields or {}
-    if set(fields) & set(MEASURED):
+    if provenance.measured_problem(fields, "ROW_FIELDS") or set(fields) & set(MEASURED):
         fail(f"ROW_FIELDS may add fields to the rows, not replace what they measure: drop "
-             f"{', '.join(sorted(set(fields) & set(MEASURED)))}")
+             f"{', '.join(sorted(set(fields) & (set(MEASURED) | provenance.MEASURED_FIELDS)))}")
     rows = {out: files.read_rows(out) if resume else [] for out in dict.fromkeys(s.out for s in scorings)}
     done = {out: files.Measured(out_rows) for out, out_rows in rows.items()}
     planned = []

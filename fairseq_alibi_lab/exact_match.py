@@ -30,10 +30,11 @@ def main():
     for path in (args.checkpoint, args.buckets):
         if not os.path.isfile(path):
             raise SystemExit(f"error: no file {path}")
+    from fairseq_alibi import provenance
     from fairseq_alibi.files import append_lines, read_rows, require_appendable
 
     require_appendable(args.out)
-    fields = json.loads(args.fields)
+    fields = provenance.row_fields(args.fields)
 
     import logging
     import warnings

@@ -113,6 +113,36 @@ BOOKKEEPING = {"--save-dir", "--tensorboard-logdir", "--user-dir", "--num-worker
                "--validate-interval-updates", "--disable-validation"}
 
 
+# The training data a run learns from (files.data_fingerprint of its dictionary and train split), kept
+# with its flags: a finished run is "already trained" only on the data it was trained on.
+TRAINING_DATA = "--training-data-sha256"
+
+
+def with_training_data(flags, data):
+    """A run's flags as recorded: the fairseq-train flags and the fingerprint of DATA's training text
+    (none where DATA has no train split of its own: a translation task's is per language)."""
+    import os
+
+    from fairseq_alibi.files import data_fingerprint
+
+    if not data or not os.path.isfile(os.path.join(data, "train.idx")):
+        return list(flags)
+    return [*flags, TRAINING_DATA, data_fingerprint(data, "train")]
+
+
+def recorded_training_data(save_dir):
+    """The training data's fingerprint a run in save_dir was started on, or None (a run from before
+    it was recorded, or none)."""
+    import json
+    import os
+
+    try:
+        with open(os.path.join(save_dir, RUN_FLAGS)) as f:
+            return json.load(f).get(TRAINING_DATA)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def flag_values(flags):
     """{flag: the value the run gets} of a fairseq-train argument list (flags.flag_values), less
     the bookkeeping flags."""
@@ -142,6 +172,8 @@ def other_flags(save_dir, then, max_update, flags):
         with open(path) as f:
             was = json.load(f)
         now = flag_values(flags)
+        if TRAINING_DATA not in was:  # a run from before the data was recorded: not known, not compared
+            now.pop(TRAINING_DATA, None)
     else:
         if then in (None, max_update):
             return None
@@ -150,6 +182,9 @@ def other_flags(save_dir, then, max_update, flags):
     def said(value):
         return "not given" if value is None else "given" if value == "" else value
 
+    if was.get(TRAINING_DATA) != now.get(TRAINING_DATA):
+        return (f"other training data: its dictionary and train split's fingerprint {said(was.get(TRAINING_DATA))} "
+                f"then, {said(now.get(TRAINING_DATA))} now")
     differ = [f"{flag} {said(was.get(flag))} then, {said(now.get(flag))} now"
               for flag in sorted(set(was) | set(now)) if was.get(flag) != now.get(flag)]
     return "; ".join(differ) or None
@@ -175,7 +210,8 @@ def run_status(save_dir, arch, length, max_update, other_ok=False, flags=None):
     """("new" | "resume" | "finished", updates done): a run is finished when its checkpoint_last.pt
     has reached max_update updates. Raises RunConflict (one line) for an unreadable checkpoint, and,
     unless other_ok, for one of another architecture or length (arch None: not checked) or a run
-    started with other flags than `flags` (None: not checked)."""
+    started with other flags than `flags` (None: not checked); for a run on other training data
+    (flags' TRAINING_DATA) always."""
     import os
 
     last = os.path.join(save_dir, "checkpoint_last.pt")
@@ -185,12 +221,16 @@ def run_status(save_dir, arch, length, max_update, other_ok=False, flags=None):
         done_arch, done_length, done_updates, done_max_update = checkpoint_summary(last)
     except Exception:  # noqa: BLE001  (whatever torch or a truncated file raises)
         raise RunConflict(f"{last} is unreadable: move it away or choose another SAVE_DIR") from None
+    differ = other_flags(save_dir, done_max_update, max_update, flags) if flags is not None else None
+    if differ and differ.startswith("other training data"):  # continued, it would be neither run's model
+        raise RunConflict(f"{save_dir} holds a run ({done_updates} updates) on {differ}: give the data it was "
+                          "trained on, or another SAVE_DIR (--checkpoints) for a run on this data")
     if other_ok:
         pass
     elif arch is not None and (done_arch, done_length) != (arch, length):
         raise RunConflict(f"{save_dir} holds another run ({done_arch} at L={done_length}, {done_updates} updates), "
                           f"not {arch} at L={length}: choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one")
-    elif flags is not None and (differ := other_flags(save_dir, done_max_update, max_update, flags)):
+    elif differ:
         raise RunConflict(f"{save_dir} holds a run ({done_updates} updates) started with other flags ({differ}): "
                           "choose another SAVE_DIR, or CONTINUE_RUN=1 to continue that one with these")
     return ("finished" if done_updates >= max_update else "resume"), done_updates

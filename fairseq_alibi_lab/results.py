@@ -18,7 +18,7 @@ import math
 import os
 from collections import defaultdict
 
-from fairseq_alibi.files import written_whole
+from fairseq_alibi.files import one_line_on_disk_faults, written_whole
 
 
 # Row labels in the paper's order (Tables 2-4), then the methods added since, then the
@@ -283,6 +283,7 @@ def write_tables(rows, out):
     return "".join(printed)
 
 
+@one_line_on_disk_faults
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", help="JSON lines from scripts/eval.sh")

@@ -28,6 +28,8 @@ import os
 import random
 import sys
 
+from fairseq_alibi.files import one_line_on_disk_faults
+
 TASKS = ("passkey", "multikey", "kvlookup")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 MULTIPLES = (1, 2, 4, 8, 16)
@@ -175,6 +177,18 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
                     "mixture_sha256": data_fingerprint(data, "train") if os.path.isfile(os.path.join(data, "train.idx")) else None}
     train_length, updates = scored["train_length"], scored["updates"]
     method = str(scored["model"]).split("_transformer_lm")[0]
+    from fairseq_alibi.checkpoints import field, model_and_task
+
+    from fairseq_alibi_lab.evaluate import check_scalings
+
+    # a scaling the model has no field for would be ignored, and its rows labelled with it
+    check_scalings(checkpoint, str(scored["model"]),
+                   field(model_and_task(read_state(checkpoint))[0], f"{method}_scaling") is not None, scalings)
+    for name, value in fingerprints.items():  # rows of this checkpoint scored on other prompts or data: refused
+        held = {r.get(name) for r in read_rows(out) if r.get("checkpoint") == checkpoint and r.get(name)} - {value}
+        if held:
+            raise SystemExit(f"error: {out} holds rows of {checkpoint} with another {name} ({', '.join(sorted(held))}, "
+                             f"now {value}): other test prompts or data; give another OUT")
     with open(tests_path) as f:
         tests = [json.loads(line) for line in f if line.strip()]
     groups = {}
@@ -265,13 +279,20 @@ def prepare_data(runner):
     return binarized
 
 
+def data_problem(data):
+    """None if data is a binarized retrieval set (prepare_data's ROOT/bin, ROOT/test.jsonl beside it),
+    else why not (the runner asks before any training)."""
+    if not os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(data)), "test.jsonl")):
+        return (f"{data} is not a retrieval set (no test.jsonl beside it): leave --data out, or give the bin/ "
+                "directory of one that `retrieval make` wrote")
+    return None
+
+
 def tests_of(data):
     """The test prompts of a binarized retrieval set (prepare_data's ROOT/bin: ROOT/test.jsonl)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(data)), "test.jsonl")
-    if not os.path.isfile(path):
-        raise SystemExit(f"error: {data} is not a retrieval set (no test.jsonl beside it): leave --data out, "
-                         "or give the bin/ directory of one that `retrieval make` wrote")
-    return path
+    if data_problem(data):
+        raise SystemExit(f"error: {data_problem(data)}")
+    return os.path.join(os.path.dirname(os.path.abspath(data)), "test.jsonl")
 
 
 ROWS = "retrieval.jsonl"  # under the runner's OUT: what score_model appends to (the runner merges parallel parts' by it)
@@ -286,7 +307,7 @@ def score_model(runner, model, seed, checkpoint):
     before = os.path.getsize(out) if os.path.exists(out) else 0
     done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "score", checkpoint, runner.data,
                            tests_of(runner.data), out, "--label", model.label, "--scalings", "none", *model.scalings,
-                           "--lengths", *map(str, runner.model_lengths(model)), "--fields", runner.fields],
+                           "--lengths", *map(str, runner.model_lengths(model)), "--fields", runner.row_fields(checkpoint)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:
         raise SystemExit((done.stderr.strip().splitlines() or [f"error: scoring {model.label}'s retrieval failed"])[-1])
@@ -570,6 +591,7 @@ def heatmaps(scored, out, metric, suffix):
         plt.close(figure)
 
 
+@one_line_on_disk_faults
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)

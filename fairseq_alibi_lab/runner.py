@@ -346,6 +346,12 @@ class Runner:
     def train_length(self, model):
         return model.train_multiple * self.length
 
+    def row_fields(self, checkpoint):
+        """What every row of checkpoint records of the run (self.fields), and the training data its run
+        recorded (recipes.TRAINING_DATA; none for a checkpoint not trained by scripts/train.sh)."""
+        trained_on = recipes.recorded_training_data(os.path.dirname(checkpoint))
+        return json.dumps({**json.loads(self.fields), **({"train_data_sha256": trained_on} if trained_on else {})})
+
     def model_lengths(self, model):
         """The L_valid values model is scored at (--lengths, else its multiples or the experiment's, of L)."""
         lengths = self.args.lengths or [m * self.length for m in model.multiples or self.experiment.multiples]
@@ -511,12 +517,16 @@ class Runner:
 
     def identity(self, model, checkpoint):
         """What rows of checkpoint must record to be this run's (files.identity_problem): the file now
-        at its path, the data, the training flags (a shared model's are its own experiment's)."""
+        at its path, the data scored, the training flags and data (a shared model's are its own
+        experiment's)."""
         identity = {"checkpoint_sha256": files.fingerprint(checkpoint) if os.path.isfile(checkpoint) else None,
-                    "data_sha256": None, "train_flags": None if model.shared else shlex.join(self.args.train_flags)}
+                    "data_sha256": None, "train_flags": None if model.shared else shlex.join(self.args.train_flags),
+                    "train_data_sha256": None}
         data = getattr(self, "data", None)  # set by run(); --tables has none
         if data and not self.masked and os.path.isfile(os.path.join(data, f"{self.experiment.split}.idx")):
             identity["data_sha256"] = files.data_fingerprint(data, self.experiment.split)
+        if data and not model.shared and os.path.isfile(os.path.join(data, "train.idx")):
+            identity["train_data_sha256"] = files.data_fingerprint(data, "train")
         return identity
 
     def scored_elsewhere(self, model, seed):
@@ -540,12 +550,13 @@ class Runner:
         env = dict(os.environ)
         if self.seq2seq:  # exact_match.py decodes the buckets the results lack
             command = [sys.executable, os.path.join("examples", "synthetic", "exact_match.py"), checkpoint, self.binarized,
-                       self.buckets_file, self.results, "--label", label, "--fields", self.fields]
+                       self.buckets_file, self.results, "--label", label, "--fields", self.row_fields(checkpoint)]
         elif self.masked:
             command = [sys.executable, os.path.join("scripts", "eval_mlm.py"), checkpoint, self.data, self.results,
-                       "--lengths", lengths, "--split", self.experiment.split, "--label", label, "--fields", self.fields]
+                       "--lengths", lengths, "--split", self.experiment.split, "--label", label, "--fields",
+                       self.row_fields(checkpoint)]
         else:  # eval.sh takes its options from the environment; a user's own scalings are not ours
-            env.update(LABEL=label, ROW_FIELDS=self.fields, SCALING=" ".join(scalings), SPLIT=self.experiment.split)
+            env.update(LABEL=label, ROW_FIELDS=self.row_fields(checkpoint), SCALING=" ".join(scalings), SPLIT=self.experiment.split)
             for name in ("ALIBI_SCALING", "SCALING_FACTOR", "ALIBI_SCALING_FACTOR"):
                 env.pop(name, None)
             command = [os.path.join("scripts", "eval.sh"), checkpoint, self.data, self.results, lengths,
@@ -601,6 +612,7 @@ class Runner:
 
     def run(self):
         os.makedirs(self.out, exist_ok=True)
+        os.makedirs(self.checkpoints, exist_ok=True)  # a disk that refuses it: one line now, not after the floor
         lock = open(os.path.join(self.out, ".lock"), "w")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -618,6 +630,10 @@ class Runner:
             self.data = self.binarized = self.args.data or (
                 importlib.import_module(self.experiment.data).prepare_data(self) if self.experiment.data
                 else prepare_wikitext2(self.experiment.documents))
+            if self.args.data and self.experiment.data:  # data the experiment cannot use: refused before any training
+                problem = getattr(importlib.import_module(self.experiment.data), "data_problem", lambda data: None)(self.data)
+                if problem:
+                    raise SystemExit(f"error: {problem}")
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
         jobs = [(m, s) for s in self.seeds for m in self.models if s in self.model_seeds(m, self.seeds)]  # seed by seed
         record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance.commit(),
@@ -829,11 +845,13 @@ def prepare_wikitext2(documents=False):
 PRESET_VARIABLES = {"L": "--train-length", "UPDATES": "--updates", "L_VALID": "--lengths",
                     "TRAIN_FLAGS": "--train-flags", "VARIANTS": "--models",
                     "SLIDING": "nothing (the declaration scores both strides)",
-                    "LITTLEBIRD_BLOCK": "--train-flags '--block-size N'", "LITTLEBIRD_PACK": "--train-flags '--pack-length N'",
+                    "LITTLEBIRD_BLOCK": "an experiment declared with littlebird(BLOCK, PACK)",
+                    "LITTLEBIRD_PACK": "an experiment declared with littlebird(BLOCK, PACK)",
                     "ALIBI_L": "--train-length", "SINUSOIDAL_LS": "nothing (the trade's declaration: multiples of L)",
                     "SEEDS": "--seeds", "TASK_FLAGS": "--task-flags"}
 
 
+@files.one_line_on_disk_faults
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", nargs="?", help="the experiment: " + ", ".join(EXPERIMENTS))
@@ -885,6 +903,19 @@ def main():
     if declared:
         p.error(f"--train-flags may not set {', '.join(declared)}: each model's architecture, task and L are its "
                 "declaration's (use --train-length for L, or declare another experiment)")
+    # Nor what a model's declaration sets (KERPLE's variant, an encoder's ALiBi, LittleBird's blocks):
+    # trained so, it would be tabulated under a label that says otherwise.
+    selected = [m for m in experiment.models if not args.models or set(names(m)) & set(args.models)]
+    owned = {}
+    for m in selected:
+        for f in m.flags:
+            if f.startswith("--") and m.label not in owned.setdefault(f.split("=")[0], []):
+                owned[f.split("=")[0]].append(m.label)
+    overridden = [f"{f.split('=')[0]} ({', '.join(owned[f.split('=')[0]])})" for f in args.train_flags
+                  if f.split("=")[0] in owned and f.split("=")[0] not in recipes.BOOKKEEPING]
+    if overridden:
+        p.error(f"--train-flags may not set {', '.join(overridden)}: the model's declaration sets it, and its label "
+                "says so; declare another model or experiment for another value")
     # Paths given are the caller's; defaults (runs/, checkpoints/, data-bin/) are the repository's.
     # Those inside the repository are kept relative to it, as the defaults are: rows name the same
     # checkpoint whichever way it was given, and no machine's paths.

@@ -76,7 +76,7 @@ def main(argv=None):
     for sinks in args.sinks:
         if not 0 <= sinks < args.cache:
             p.error(f"--sinks {sinks}: each must be at least 0 and below --cache {args.cache} (the window needs a slot)")
-    from fairseq_alibi.files import append_lines, require_appendable
+    from fairseq_alibi.files import append_lines, data_fingerprint, require_appendable
 
     require_appendable(args.out)
 
@@ -102,6 +102,7 @@ def main(argv=None):
         wall = time.perf_counter() - started
         loss_base2 = loss / len(targets) / math.log(2)
         row = {"label": args.label or None, **checkpoint, "split": args.split,
+               "data_sha256": data_fingerprint(args.data, args.split),
                "scoring": "streaming", "cache": args.cache, "sinks": sinks, "window": window,
                "chunk": args.chunk or window, "keys_held": held, "tokens": len(targets), "loss_base2": loss_base2,
                "perplexity": 2 ** loss_base2, "wall_s": round(wall, 2), "tokens_per_s": round(len(targets) / wall, 1),
@@ -136,23 +137,29 @@ def score_model(runner, model, seed, checkpoint):
     of its own (the runner imports no fairseq); True if it scored anything."""
     import subprocess
 
-    from fairseq_alibi.files import read_rows
+    from fairseq_alibi.files import data_fingerprint, read_rows
 
     if not streams(model.method):
         return False
     out = os.path.join(runner.out, ROWS)
     cache = runner.train_length(model)
-    have = {(r["checkpoint"], r.get("split"), r["sinks"]) for r in (read_rows(out) if os.path.exists(out) else [])
-            if r.get("cache") == cache}
+    rows = [r for r in (read_rows(out) if os.path.exists(out) else []) if r.get("cache") == cache]
     scored = False
     for split in (runner.experiment.split, *(s for s in SPLITS if s != runner.experiment.split)):
-        missing = [sinks for sinks in SINKS if (checkpoint, split, sinks) not in have]
-        if not missing or not os.path.exists(os.path.join(runner.data, f"{split}.idx")):
+        if not os.path.exists(os.path.join(runner.data, f"{split}.idx")):
+            continue
+        # A row streamed another text under this split's name is not this one's (rows from before the
+        # text's fingerprint was recorded are taken as they are).
+        text = data_fingerprint(runner.data, split)
+        have = {r["sinks"] for r in rows if r["checkpoint"] == checkpoint and r.get("split") == split
+                and r.get("data_sha256") in (None, text)}
+        missing = [sinks for sinks in SINKS if sinks not in have]
+        if not missing:
             continue
         print(f"    streaming the {split} split: cache {cache}, sinks {' '.join(map(str, missing))}", flush=True)
         done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.stream_eval", checkpoint, runner.data, out,
                                "--cache", str(cache), "--sinks", *map(str, missing), "--label", model.label,
-                               "--split", split, "--fields", runner.fields], stdout=subprocess.DEVNULL,
+                               "--split", split, "--fields", runner.row_fields(checkpoint)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
         if done.returncode:
             raise SystemExit((done.stderr.strip().splitlines() or [f"error: streaming {model.label} failed"])[-1])

@@ -174,7 +174,8 @@ def main(argv):
     schedule = []
     if preset in SCHEDULED and "--total-num-update" not in extra:
         schedule = ["--total-num-update", max_update]
-    run_flags = [*model, *recipe, *extra, *schedule]  # what the run learns with (recipes.RUN_FLAGS)
+    # what the run learns with and from (recipes.RUN_FLAGS)
+    run_flags = recipes.with_training_data([*model, *recipe, *extra, *schedule], data)
 
     # What a checkpoint already in SAVE_DIR holds: refuse another run, skip a finished one.
     os.makedirs(save_dir, exist_ok=True)

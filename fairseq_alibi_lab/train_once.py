@@ -45,19 +45,20 @@ def main(argv=None, environ=os.environ):
     if mistake:
         fail(mistake)
     os.makedirs(save, exist_ok=True)
+    # The data directory is the command's first argument.
+    data = command[1] if len(command) > 1 and os.path.isdir(command[1]) else None
+    run_flags = recipes.with_training_data(command, data)
     try:
         lock = recipes.hold_run(save)
-        state, _ = recipes.run_status(save, None, None, int(max_update), environ.get("CONTINUE_RUN") == "1", command)
+        state, _ = recipes.run_status(save, None, None, int(max_update), environ.get("CONTINUE_RUN") == "1", run_flags)
     except recipes.RunConflict as e:
         fail(e)
     if state == "new":
-        recipes.record_flags(save, command)
+        recipes.record_flags(save, run_flags)
     if state == "finished":
         print(f"== {save} is already trained: leaving it as it is")
         return
-    # The data's dictionaries kept beside the checkpoints, so that scoring on another corpus's is
-    # refused (the data directory is the command's first argument).
-    data = command[1] if len(command) > 1 and os.path.isdir(command[1]) else None
+    # The data's dictionaries kept beside the checkpoints, so that scoring on another corpus's is refused.
     if data and (problem := dictionaries.keep(data, save)):
         fail(problem)
     print(f"== training {name} -> {save}", flush=True)
