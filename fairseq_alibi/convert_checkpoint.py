@@ -125,7 +125,7 @@ def main(argv=None):
     p.add_argument("--replace-positions", action="store_true",
                    help="convert a stock transformer_lm: drop its learned or sinusoidal positions for ALiBi")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout, force=True)  # notes; a refusal alone on stderr
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     if not os.path.isfile(args.source):
         raise ConfigError(f"no checkpoint at {args.source}")
     if os.path.exists(args.target):  # the source itself too, under any name

@@ -51,12 +51,16 @@ def one_line_on_disk_faults(main):
     def guarded(*args, **kwargs):
         import signal
 
+        stops = False  # whether Ctrl-C and SIGTERM are ours to report (a caller that set SIGTERM reports its own)
         with contextlib.suppress(ValueError):  # not the main thread: left as it is
             if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # SIGTERM stops as Ctrl-C: clean-ups run
                 signal.signal(signal.SIGTERM, signal.default_int_handler)
+                stops = True
         try:
             return main(*args, **kwargs)
         except KeyboardInterrupt:
+            if not stops:
+                raise
             raise SystemExit("stopped (nothing is left half-written): run the same command again") from None
         except Exception as error:  # noqa: BLE001  (the writers' errors have many types; others are raised again)
             line = disk_fault(error)

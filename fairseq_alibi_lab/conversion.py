@@ -109,7 +109,7 @@ def score_model(runner, model, seed, checkpoint_path):
         kept = kept_checkpoints(runner.save_dir(model, seed), updates("teacher", runner, seed), every, curve == "scratch")
         scorings = [evaluate.Scoring(path, out, [runner.length], curve, show=False) for path in kept]
     made = evaluate.score(scorings, runner.data, runner.experiment.split, resume=True,
-                          fields=json.loads(runner.row_fields(checkpoint))) if scorings else 0
+                          fields=json.loads(runner.row_fields(checkpoint_path))) if scorings else 0
     if made:
         print(f"    recovery curve: {made} checkpoints scored at L", flush=True)
     return bool(made) | generate(runner)

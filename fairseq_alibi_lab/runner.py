@@ -612,7 +612,6 @@ class Runner:
 
     def run(self):
         os.makedirs(self.out, exist_ok=True)
-        os.makedirs(self.checkpoints, exist_ok=True)  # a disk that refuses it: one line now, not after the floor
         lock = open(os.path.join(self.out, ".lock"), "w")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -908,8 +907,9 @@ def main():
     selected = [m for m in experiment.models if not args.models or set(names(m)) & set(args.models)]
     owned = {}
     for m in selected:
-        for f in m.flags:
-            if f.startswith("--") and m.label not in owned.setdefault(f.split("=")[0], []):
+        for f in m.flags:  # its sizes aside (the toy runs shrink a twin's declared dimensions)
+            if f.startswith("--") and not re.fullmatch(r"--(encoder|decoder)-[a-z-]*(layers|dim|heads)", f.split("=")[0]) \
+                    and m.label not in owned.setdefault(f.split("=")[0], []):
                 owned[f.split("=")[0]].append(m.label)
     overridden = [f"{f.split('=')[0]} ({', '.join(owned[f.split('=')[0]])})" for f in args.train_flags
                   if f.split("=")[0] in owned and f.split("=")[0] not in recipes.BOOKKEEPING]

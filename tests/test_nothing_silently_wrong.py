@@ -189,8 +189,8 @@ def test_every_writer_on_a_read_only_or_full_disk_says_so_in_one_line(refusing_d
         }
         for name, argv in tools.items():
             proc = subprocess.run([PYTHON, *argv], capture_output=True, text=True, cwd=REPO)
-            # the runner says what it does as it goes (its floor's scoring): its last line is the fault's
-            line = proc.stderr.strip().splitlines()[-1] if name.startswith("runner") else one_line(proc)
+            # the runner and the converter say what they do as they go: their last line is the fault's
+            line = proc.stderr.strip().splitlines()[-1] if name.startswith(("runner", "convert")) else one_line(proc)
             assert proc.returncode != 0 and "Traceback" not in proc.stderr, (name, proc.stderr[-3000:])
             assert ("Read-only" in line or "full" in line or "No space" in line), (name, disk, line)
             leftovers = [n for n in os.listdir(disk) if n.endswith(".part") or ".part" in n]
