@@ -6,6 +6,8 @@ installed package (fairseq resolves a relative --user-dir against the current di
 import os
 import sys
 
+from . import dictionaries
+
 PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -51,7 +53,38 @@ def train():
         sys.exit(f"fairseq-alibi-train: {flag} is for evaluation (scripts/eval.sh SCALING=, or "
                  "--model-overrides), not training: drop it")
     refuse_common_mistakes("train")
+    data, save_dir = training_directories(with_plugin(sys.argv)[1:])
+    # As scripts/train.sh: the data's dictionary kept beside the checkpoints and recorded in each,
+    # so that scoring or fine-tuning on another corpus's dictionary is refused (dictionaries.py).
+    if data and save_dir:
+        os.makedirs(save_dir, exist_ok=True)
+        problem = dictionaries.keep(data, save_dir)
+        if problem:
+            sys.exit(f"fairseq-alibi-train: {problem}")
     _run("train")
+    if data and save_dir and os.path.isdir(save_dir):
+        problem = dictionaries.record(save_dir, data)
+        if problem:
+            sys.exit(f"fairseq-alibi-train: {problem}")
+
+
+def training_directories(argv):
+    """(the first data directory, the save directory) fairseq-train would use with argv; (None, None)
+    where fairseq's parser refuses argv (it then says why itself)."""
+    from fairseq import options
+
+    from . import plugin  # noqa: F401  (the plugin's architectures, for the parser)
+
+    import contextlib
+    import io
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # fairseq-train's own parse says it, once
+            args = options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
+    except SystemExit:
+        return None, None
+    data = (getattr(args, "data", None) or "").split(os.pathsep)[0]
+    return (data if os.path.isfile(os.path.join(data, "dict.txt")) else None), getattr(args, "save_dir", None)
 
 
 def eval_lm():

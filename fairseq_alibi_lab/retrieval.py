@@ -171,6 +171,16 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
     from fairseq_alibi.files import append_lines, data_fingerprint, fingerprint, read_rows
     from fairseq_alibi.hf.export import hf_model_of
 
+    tests = read_tests(tests_path)
+    groups = {}
+    for t in tests:
+        if not lengths or t["length"] in lengths:
+            groups.setdefault((t["task"], t["length"], t["depth"]), []).append(t)
+    if not groups:
+        raise SystemExit(f"error: no test prompt of {tests_path} has a length of {' '.join(map(str, lengths or []))}: "
+                         f"its lengths are {' '.join(map(str, sorted({t['length'] for t in tests})))}")
+    if not os.path.isfile(checkpoint):
+        raise SystemExit(f"error: no checkpoint at {checkpoint}")
     scored = identity(checkpoint, read_state(checkpoint))
     # What each row was scored with: the checkpoint file, the test prompts, the training text (the mixture).
     fingerprints = {"checkpoint_sha256": fingerprint(checkpoint), "prompts_sha256": fingerprint(tests_path),
@@ -189,12 +199,6 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
         if held:
             raise SystemExit(f"error: {out} holds rows of {checkpoint} with another {name} ({', '.join(sorted(held))}, "
                              f"now {value}): other test prompts or data; give another OUT")
-    with open(tests_path) as f:
-        tests = [json.loads(line) for line in f if line.strip()]
-    groups = {}
-    for t in tests:
-        if not lengths or t["length"] in lengths:
-            groups.setdefault((t["task"], t["length"], t["depth"]), []).append(t)
     # A row without the first word's count (scored before it was kept) is scored again; the last wins.
     done = {group_key(r) for r in read_rows(out) if "first_correct" in r} if os.path.exists(out) else set()
     for scaling in scalings:
@@ -277,6 +281,21 @@ def prepare_data(runner):
             raise SystemExit(f"error: fairseq-preprocess failed on {text} (its log: {root}/preprocess.log)")
         os.rename(partial, binarized)
     return binarized
+
+
+def read_tests(path):
+    """The test prompts of a test.jsonl (`make`'s), or one line saying why the file is not one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tests = [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        raise SystemExit(f"error: no test prompts at {path}: give the test.jsonl that `retrieval make` wrote") from None
+    except ValueError as e:
+        raise SystemExit(f"error: {path} is not JSON lines ({e}): give the test.jsonl that `retrieval make` wrote") from None
+    keys = ("task", "length", "depth", "prompt", "answer")
+    if not tests or any(not isinstance(t, dict) or any(k not in t for k in keys) for t in tests):
+        raise SystemExit(f"error: {path} holds no test prompts (each line a JSON object with {', '.join(keys)})")
+    return tests
 
 
 def data_problem(data):
@@ -400,8 +419,7 @@ def floor_rows(tests_path):
     from fairseq_alibi import provenance
     from fairseq_alibi.files import fingerprint
 
-    with open(tests_path) as f:
-        tests = [json.loads(line) for line in f if line.strip()]
+    tests = read_tests(tests_path)
     groups = {}
     for t in tests:
         groups.setdefault((t["task"], t["length"], t["depth"]), []).append(t)

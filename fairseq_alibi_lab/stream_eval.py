@@ -45,9 +45,11 @@ def stream_score(model, inputs, targets, sinks, window, chunk):
     cache, loss, held = model.sink_cache(sinks, window), 0.0, 0
     with torch.no_grad():
         for start in range(0, len(inputs), chunk):
+            # what this chunk's queries see: the keys kept before it, and its own
+            kept = cache.layers[0].keys.size(-2) if cache.layers[0].is_initialized else 0
+            held = max(held, kept + min(chunk, len(inputs) - start))
             logits = model(inputs[None, start:start + chunk], cache=cache).logits[0].float()
             loss -= logits.log_softmax(-1).gather(-1, targets[start:start + chunk, None]).sum().item()
-            held = max(held, cache.layers[0].keys.size(-2) + min(chunk, len(inputs) - start))
     return loss, held
 
 

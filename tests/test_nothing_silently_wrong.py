@@ -195,3 +195,59 @@ def test_every_writer_on_a_read_only_or_full_disk_says_so_in_one_line(refusing_d
             assert ("Read-only" in line or "full" in line or "No space" in line), (name, disk, line)
             leftovers = [n for n in os.listdir(disk) if n.endswith(".part") or ".part" in n]
             assert not leftovers, (name, leftovers)
+
+
+@pytest.mark.slow
+def test_fairseq_alibi_train_keeps_and_records_its_dictionary(wt2_slice, tmp_path):
+    """A model trained with the plugin's fairseq-train (a stock twin: its config has no dictionary
+    field) keeps dict.txt beside it and records it inside: another corpus's dictionary is refused."""
+    import torch
+
+    from fairseq_alibi import dictionaries
+
+    save = tmp_path / "save"
+    run(["fairseq-alibi-train", wt2_slice, "--task", "language_modeling", "--arch", "transformer_lm", "--decoder-layers", "1",
+         "--decoder-embed-dim", "16", "--decoder-ffn-embed-dim", "32", "--decoder-attention-heads", "2",
+         "--tokens-per-sample", "16", "--max-tokens", "256", "--max-update", "1", "--optimizer", "adam", "--lr", "0.001",
+         "--save-dir", str(save), "--cpu", "--no-progress-bar", "--disable-validation", "--no-epoch-checkpoints"])
+    assert (save / "dict.txt").read_bytes() == open(os.path.join(wt2_slice, "dict.txt"), "rb").read()
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state[dictionaries.RECORDED] == dictionaries.dictionary_fingerprint(wt2_slice)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(len(dictionaries.words(str(save / "dict.txt"))))))
+    assert "another dictionary" in dictionaries.check(str(save / "checkpoint_last.pt"), str(other))
+
+
+def test_retrieval_test_prompts_that_are_missing_broken_or_of_no_asked_length_are_one_line(tmp_path):
+    from fairseq_alibi_lab.retrieval import read_tests
+
+    good = {"task": "passkey", "length": 64, "depth": 0.0, "prompt": "a", "answer": "b"}
+    (tmp_path / "broken.jsonl").write_text("{not json\n")
+    (tmp_path / "other.jsonl").write_text(json.dumps({"rows": 1}) + "\n")
+    (tmp_path / "good.jsonl").write_text(json.dumps(good) + "\n")
+    for name, message in (("missing.jsonl", "no test prompts at"), ("broken.jsonl", "is not JSON lines"),
+                          ("other.jsonl", "holds no test prompts")):
+        with pytest.raises(SystemExit, match=message):
+            read_tests(str(tmp_path / name))
+    assert read_tests(str(tmp_path / "good.jsonl")) == [good]
+    proc = subprocess.run([PYTHON, "-m", "fairseq_alibi_lab.retrieval", "score", "c.pt", "data", str(tmp_path / "good.jsonl"),
+                           str(tmp_path / "out.jsonl"), "--lengths", "128"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "its lengths are 64" in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
+
+
+def test_a_torchaudio_for_another_torch_is_named_in_one_line(tmp_path):
+    """What pip install ".[hf]" alone leaves (fairseq pulls the newest torchaudio): the tools say so
+    at start, before transformers fails to import it."""
+    import torch
+
+    fake = tmp_path / "site"
+    (fake / "torchaudio").mkdir(parents=True)
+    (fake / "torchaudio" / "__init__.py").write_text("raise OSError('undefined symbol: built for another torch')\n")
+    (fake / "torchaudio-0.1.0.dist-info").mkdir()
+    (fake / "torchaudio-0.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torchaudio\nVersion: 0.1.0\n")
+    env = dict(os.environ, PYTHONPATH=f"{fake}{os.pathsep}{REPO}")
+    for tool in ("fairseq_alibi.hf.export", "fairseq_alibi.hf.import_gpt2"):
+        proc = subprocess.run([PYTHON, "-m", tool, "a", str(tmp_path / "b")], capture_output=True, text=True, env=env)
+        line = one_line(proc)
+        assert "torchaudio 0.1.0" in line and torch.__version__ in line and "pip uninstall torchaudio" in line

@@ -280,3 +280,15 @@ def test_streaming_claims_pair_each_stream_with_its_models_blocks(tmp_path):
     assert lines["ALiBi streams better than rotary (window only)"].endswith("| supported |")
     assert "Welch t" in lines["ALiBi streams better than rotary (window only)"]  # other checkpoints
     assert lines["ALiBi streams better than rotary (4 sinks)"].endswith("| supported |")  # 192.3 against 222
+
+
+@pytest.mark.parametrize("length, sinks, window, chunk, most", [
+    (5, 1, 8, 8, 5),  # a text shorter than the cache: every key, once
+    (40, 1, 8, 8, 1 + 7 + 8),  # the kept sink and window - 1, and the chunk's own
+    (40, 4, 8, 3, 4 + 7 + 3)])
+def test_keys_held_counts_what_a_chunk_sees_never_more_than_the_text(length, sinks, window, chunk, most):
+    from fairseq_alibi_lab.stream_eval import stream_score
+
+    tokens = torch.randint(4, 40, (length + 1,))
+    _, held = stream_score(tiny("alibi"), tokens[:-1], tokens[1:], sinks, window, chunk)
+    assert held == most and held <= length

@@ -3,3 +3,19 @@ fairseq's own sinusoidal or learned-position transformer_lm) as a transformers f
 modeling file (modeling_fairseq_alibi.py with the position math bundled by bundle.py) needs torch
 and transformers only; tokenizer.py gives it fairseq's word-level ids; import_gpt2.py brings a
 GPT2LMHeadModel into fairseq. Importing this package imports no fairseq."""
+
+
+def environment_problem():
+    """None, or the one line for an installation transformers cannot import in: a torchaudio built
+    for another torch (pip install ".[hf]" lets fairseq pull the newest; transformers imports it
+    whenever it is there, and fails). Asked before transformers is imported, from metadata alone."""
+    import importlib.metadata as metadata
+
+    try:
+        audio, torch_version = metadata.version("torchaudio"), metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+    if audio.split("+")[0].split(".")[:2] != torch_version.split("+")[0].split(".")[:2]:
+        return (f"torchaudio {audio} is installed, built for another torch than this {torch_version}: transformers "
+                "imports it and fails. Nothing here uses audio: pip uninstall torchaudio (scripts/setup.sh does)")
+    return None

@@ -285,6 +285,10 @@ def main(argv=None):
                         help="write this package's model class even for a model in BLOOM's layout (which otherwise "
                              "becomes stock BLOOM: model_type bloom, no remote code)")
     args = parser.parse_args(argv)
+    from . import environment_problem
+
+    if environment_problem():
+        raise SystemExit(f"{parser.prog}: {environment_problem()}")
     import logging
 
     logging.getLogger("fairseq").setLevel(logging.WARNING)  # its loading notes; a refusal is one line

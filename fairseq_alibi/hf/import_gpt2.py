@@ -281,6 +281,10 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, help="the seed the model was trained with, recorded as its training "
                         "seed (results rows read it; without it fairseq's default, 1, stands there)")
     args = parser.parse_args(argv)
+    from . import environment_problem
+
+    if environment_problem():
+        raise SystemExit(f"{parser.prog}: {environment_problem()}")
     import logging
 
     import warnings
