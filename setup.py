@@ -28,5 +28,6 @@ setup(
     entry_points={"console_scripts": [
         f"fairseq-alibi-{tool.replace('_', '-')}=fairseq_alibi.cli:{tool}"
         for tool in ("train", "eval_lm", "generate", "interactive")
-    ] + ["fairseq-alibi-export-hf=fairseq_alibi.hf.export:main", "fairseq-alibi-import-hf=fairseq_alibi.hf.import_gpt2:main"]},
+    ] + ["fairseq-alibi-export-hf=fairseq_alibi.hf.export:main", "fairseq-alibi-import-hf=fairseq_alibi.hf.import_gpt2:main",
+         "fairseq-alibi-lm-eval=fairseq_alibi.hf.lm_eval_backend:main"]},
 )

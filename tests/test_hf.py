@@ -378,7 +378,8 @@ def test_import_refuses_what_is_not_a_gpt2_in_one_line_and_writes_nothing(tiny_g
 
 
 @pytest.mark.slow
-def test_lm_eval_on_an_exported_model_gives_fairseq_eval_lms_perplexity(toy_checkpoint, wt2_slice, tmp_path):
+def test_lm_eval_on_an_exported_model_and_on_the_checkpoint_gives_fairseq_eval_lms_perplexity(toy_checkpoint, wt2_slice,
+                                                                                               tmp_path):
     """The shipped task file (examples/wikitext2/lm_eval), pointed at the WikiText-2 slice: lm-eval's
     token perplexity at max_length=L is fairseq-eval-lm's nonoverlapping perplexity at L (up to the last window,
     which lm-eval feeds L tokens: on the slice, 1 token past the last block)."""
@@ -408,6 +409,18 @@ def test_lm_eval_on_an_exported_model_gives_fairseq_eval_lms_perplexity(toy_chec
     # differs (above), over the slice's 11.6k validation tokens: 2.1e-4 measured
     assert results["token_perplexity,none"] == pytest.approx(2 ** loss, rel=4e-4)
     assert results["word_perplexity,none"] > results["token_perplexity,none"]
+
+    # lm-eval's backend for checkpoints (fairseq-alibi-lm-eval --model fairseq_alibi): the checkpoint
+    # itself, no export, gives the export's numbers
+    backend = subprocess.run(
+        [sys.executable, "-m", "fairseq_alibi.hf.lm_eval_backend", "--model", "fairseq_alibi", "--model_args",
+         f"checkpoint={toy_checkpoint},max_length=32", "--tasks", "wikitext2_fairseq", "--include_path", str(tasks),
+         "--batch_size", "16", "--device", "cpu", "--output_path", str(tmp_path / "backend")],
+        capture_output=True, text=True, cwd=tmp_path, env=dict(env, PYTHONPATH=REPO))
+    assert backend.returncode == 0, backend.stderr[-3000:]
+    direct = json.load(open(next((tmp_path / "backend").rglob("results_*.json"))))["results"]["wikitext2_fairseq"]
+    for metric in ("token_perplexity,none", "word_perplexity,none"):
+        assert direct[metric] == pytest.approx(results[metric], rel=1e-6), metric
 
 
 def test_the_bloom_small_preset_is_alibis_only(tmp_path):

@@ -203,10 +203,18 @@ def bloom_model_of(hf):
 def export(checkpoint, out_dir, data=None, remote_code=False, tokenizer=None):
     """Write the folder; SystemExit with one line (and nothing written) on bad input. tokenizer: the
     folder of a BPE dictionary's vocab.json and merges.txt (default: data's, else the checkpoint's)."""
-    from ..build import load_checkpoint
-
     if new_folder_problem(out_dir):
         raise CannotExport(new_folder_problem(out_dir))
+    hf, text_tokenizer = in_memory(checkpoint, data, remote_code, tokenizer)
+    write_folder(hf, text_tokenizer, out_dir)
+    return hf
+
+
+def in_memory(checkpoint, data=None, remote_code=False, tokenizer=None):
+    """(the transformers model, its tokenizer) that export() writes, in memory: what lm-eval's
+    backend for checkpoints scores (lm_eval_backend.py). CannotExport (one line) on bad input."""
+    from ..build import load_checkpoint
+
     if not os.path.isfile(checkpoint):
         raise CannotExport(f"no checkpoint at {checkpoint}")
     data = data or os.path.dirname(os.path.abspath(checkpoint))
@@ -225,12 +233,10 @@ def export(checkpoint, out_dir, data=None, remote_code=False, tokenizer=None):
                   "train_length": field(task_cfg, "tokens_per_sample"),
                   "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"),
                   "exported_by": "fairseq-alibi-export-hf", "commit": commit()}
-    dictionary = task.source_dictionary
-    hf = hf_model_of(model, dictionary, provenance)
+    hf = hf_model_of(model, task.source_dictionary, provenance)
     if not remote_code and bloom_layout_problem(hf.config) is None:
         hf = bloom_model_of(hf)
-    write_folder(hf, text_tokenizer, out_dir)
-    return hf
+    return hf, text_tokenizer
 
 
 def exported_tokenizer(checkpoint, data, tokenizer=None):

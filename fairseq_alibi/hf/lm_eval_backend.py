@@ -1,0 +1,51 @@
+"""lm-eval on a fairseq checkpoint of ours, without exporting it first: lm-eval's model `fairseq_alibi`
+is the checkpoint turned, in memory, into what fairseq-alibi-export-hf would write (the same model
+class, weights and tokenizer), scored by lm-eval's own Hugging Face backend (HFLM: log-likelihood,
+rolling perplexity, generation).
+
+    fairseq-alibi-lm-eval --model fairseq_alibi --model_args checkpoint=CKPT[,data=DIR][,tokenizer=DIR] \\
+        --tasks TASKS [any other lm_eval flag]
+
+(`python -m fairseq_alibi.hf.lm_eval_backend` is the same.) It takes exactly lm_eval's flags: it
+registers the model, then runs lm_eval's command line. data: the training data's directory (its
+dict.txt; default the checkpoint's, where scripts/train.sh keeps a copy); tokenizer: a BPE
+dictionary's vocab.json and merges.txt folder (export.py's --tokenizer). Any other model_args
+(max_length, batch_size, ...) are HFLM's. In Python, `import fairseq_alibi.hf.lm_eval_backend` before
+`lm_eval.simple_evaluate(model="fairseq_alibi", ...)` registers it the same way.
+"""
+from . import environment_problem
+
+if environment_problem():  # before lm_eval imports transformers
+    raise SystemExit(f"fairseq_alibi: {environment_problem()}")
+
+from lm_eval.api.registry import register_model  # noqa: E402
+from lm_eval.models.huggingface import HFLM  # noqa: E402
+
+
+@register_model("fairseq_alibi")
+class FairseqCheckpointLM(HFLM):
+    """A fairseq checkpoint (any causal LM the export takes) as lm-eval's HFLM."""
+
+    def __init__(self, checkpoint=None, data=None, tokenizer=None, **kwargs):
+        from .export import CannotExport, in_memory
+
+        if not checkpoint:
+            raise SystemExit("fairseq_alibi: give --model_args checkpoint=PATH (a fairseq checkpoint of a causal LM)")
+        for taken in ("pretrained", "trust_remote_code"):
+            if taken in kwargs:
+                raise SystemExit(f"fairseq_alibi: {taken} is the hf model's; this one takes checkpoint= (and data=, tokenizer=)")
+        try:
+            model, text_tokenizer = in_memory(checkpoint, data, tokenizer=tokenizer)
+        except CannotExport as refusal:
+            raise SystemExit(str(refusal.code).replace("fairseq-alibi-export-hf", "fairseq_alibi", 1)) from None
+        super().__init__(pretrained=model, tokenizer=text_tokenizer, **kwargs)
+
+
+def main():
+    from lm_eval.__main__ import cli_evaluate
+
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()
