@@ -213,10 +213,12 @@ def one_matrix_small(args, **layout):
 
 
 def bloom_small_architecture(args):
-    """one_matrix_small in BLOOM's layout (a LayerNorm on the embeddings), so that
-    `fairseq-alibi-export-hf` writes stock BLOOM (model_type bloom: transformers, vLLM, llama.cpp,
-    TGI, lm-eval run it without our code)."""
-    one_matrix_small(args, layernorm_embedding=True)
+    """one_matrix_small in BLOOM's exact layout: a LayerNorm on the embeddings and no embedding scale,
+    so that `fairseq-alibi-export-hf` writes stock BLOOM with its one output matrix tied to the
+    embeddings, as BLOOM's own checkpoints are (docs/hugging-face.md: where it was run).
+    A checkpoint of this preset from before the scale was dropped keeps its config (scaled): it
+    exports as then, the scale folded into untied input embeddings."""
+    one_matrix_small(args, layernorm_embedding=True, no_scale_embedding=True)
 
 
 def gpt2_small_architecture(args):

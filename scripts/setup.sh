@@ -13,7 +13,7 @@ python3 -m venv .venv
 # Pin torch first: an unpinned torch pulled in by fairseq would be a multi-GB CUDA build.
 .venv/bin/pip install -q torch==2.13.0
 # fairseq-fixed (Python >= 3.11) compiles for about 3 minutes on a fresh machine.
-.venv/bin/pip install -q -e ".[test,hf]"
+.venv/bin/pip install -q -e ".[test,hf,onnx]"
 # fairseq pulls the newest torchaudio, built for another torch (none exists for 2.13): transformers
 # imports it whenever it is installed, and fails. Nothing here uses audio.
 .venv/bin/pip uninstall -y -q torchaudio

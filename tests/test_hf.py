@@ -207,6 +207,33 @@ def test_the_bloom_preset_exports_to_stock_bloom_without_code_of_ours(exported):
     _, _, hf, out = exported("bloom")
     assert type(hf).__name__ == "BloomForCausalLM" and json.load(open(out / "config.json"))["model_type"] == "bloom"
     assert not (out / "modeling_fairseq_alibi.py").exists()
+    # BLOOM's exact layout: one matrix, tied, no embedding scale (what engines that always tie it compute)
+    from safetensors import safe_open
+
+    assert json.load(open(out / "config.json"))["tie_word_embeddings"] is True
+    assert hf.lm_head.weight.data_ptr() == hf.transformer.word_embeddings.weight.data_ptr()
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert "lm_head.weight" not in f.keys()
+
+
+def test_a_scaled_model_in_blooms_layout_exports_untied_as_before(tmp_path):
+    """A bloom_small checkpoint from before the preset dropped its embedding scale: stock BLOOM with
+    the scale folded into untied input embeddings, fairseq's log-probabilities still."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model, dictionary = build_model("alibi_transformer_lm_bloom_small", extra=[
+        "--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-attention-heads", "4"])
+    model.decoder.embed_scale = 32 ** 0.5  # the preset as it was (the config of such a checkpoint says so)
+    perturb(model)
+    hf = hf_model_of(model, dictionary, {"source": "old"})
+    assert bloom_layout_problem(hf.config) is None
+    write_folder(bloom_model_of(hf), word_level_tokenizer(dictionary), str(tmp_path / "old"))
+    back = AutoModelForCausalLM.from_pretrained(tmp_path / "old").eval()
+    assert json.load(open(tmp_path / "old" / "config.json"))["tie_word_embeddings"] is False
+    tokens = random_tokens(len(dictionary), 1, 40)
+    with torch.no_grad():
+        torch.testing.assert_close(back(tokens).logits.log_softmax(-1), fairseq_log_probs(model, tokens), rtol=1e-5, atol=2e-5)
 
 
 def test_the_config_says_where_the_model_came_from(exported):

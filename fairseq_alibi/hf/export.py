@@ -167,17 +167,20 @@ def bloom_layout_problem(hf_config):
 
 def bloom_model_of(hf):
     """Stock BloomForCausalLM with the weights of a FairseqAlibiForCausalLM in BLOOM's layout: q, k, v
-    fused per head, fairseq's embedding scale folded into untied input embeddings."""
+    fused per head; the output matrix tied to the embeddings where the model has no embedding scale
+    and one matrix (the bloom_small preset), else fairseq's scale folded into untied input embeddings."""
     from transformers import BloomConfig, BloomForCausalLM
 
     c = hf.config
     heads, d = c.num_attention_heads, c.hidden_size
+    ours = hf.state_dict()
+    # BLOOM's own layout: the output matrix is the input embeddings (no scale to fold in, one matrix)
+    tied = c.embed_scale == 1.0 and torch.equal(ours["decoder.embed_tokens.weight"], ours["output_layer.weight"])
     config = BloomConfig(vocab_size=c.vocab_size, hidden_size=d, n_layer=c.num_hidden_layers, n_head=heads,
                          layer_norm_epsilon=1e-5, apply_residual_connection_post_layernorm=False,
-                         hidden_dropout=c.dropout, attention_dropout=c.attention_dropout, tie_word_embeddings=False,
+                         hidden_dropout=c.dropout, attention_dropout=c.attention_dropout, tie_word_embeddings=tied,
                          bos_token_id=c.bos_token_id, eos_token_id=c.eos_token_id, pad_token_id=c.pad_token_id)
     config.fairseq_alibi = c.fairseq_alibi
-    ours = hf.state_dict()
     state = {"transformer.word_embeddings.weight": ours["decoder.embed_tokens.weight"] * c.embed_scale,
              "lm_head.weight": ours["output_layer.weight"]}
     for ours_name, theirs in (("decoder.layernorm_embedding", "transformer.word_embeddings_layernorm"),
