@@ -91,6 +91,9 @@ def main():
     if not masked.any():
         fail(f"--mask-prob {args.mask_prob} masks no token of the {args.split} split: nothing to score")
     recorded = {"seed": getattr(cfg.common, "seed", None), "updates": summary(args.checkpoint)[2],
+                # what was scored: the checkpoint file and the split (files.IDENTITY)
+                "checkpoint_sha256": files.fingerprint(args.checkpoint),
+                "data_sha256": files.data_fingerprint(args.data, args.split),
                 "commit": provenance.commit(), "machine": provenance.machine(), **fields}
     scored = []  # written when every length is scored: a failure records nothing
     for l_valid in map(int, lengths):

@@ -59,7 +59,10 @@ def main():
     cfg.generation.max_len_a, cfg.generation.max_len_b = 1.2, 10  # answers are at most n + 1 digits
     generator = task.build_generator([model], cfg.generation)
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
-    recorded = {"commit": provenance.commit(), "machine": provenance.machine()}
+    from fairseq_alibi.files import fingerprint
+
+    recorded = {"checkpoint_sha256": fingerprint(args.checkpoint), "commit": provenance.commit(),
+                "machine": provenance.machine()}
     for b, (name, low, high) in enumerate(buckets):
         if name in done:
             continue

@@ -523,7 +523,7 @@ class Runner:
                     "data_sha256": None, "train_flags": None if model.shared else shlex.join(self.args.train_flags),
                     "train_data_sha256": None}
         data = getattr(self, "data", None)  # set by run(); --tables has none
-        if data and not self.masked and os.path.isfile(os.path.join(data, f"{self.experiment.split}.idx")):
+        if data and os.path.isfile(os.path.join(data, f"{self.experiment.split}.idx")):
             identity["data_sha256"] = files.data_fingerprint(data, self.experiment.split)
         if data and not model.shared and os.path.isfile(os.path.join(data, "train.idx")):
             identity["train_data_sha256"] = files.data_fingerprint(data, "train")

@@ -78,7 +78,7 @@ def main(argv=None):
     for sinks in args.sinks:
         if not 0 <= sinks < args.cache:
             p.error(f"--sinks {sinks}: each must be at least 0 and below --cache {args.cache} (the window needs a slot)")
-    from fairseq_alibi.files import append_lines, data_fingerprint, require_appendable
+    from fairseq_alibi.files import append_lines, data_fingerprint, fingerprint, require_appendable
 
     require_appendable(args.out)
 
@@ -104,7 +104,7 @@ def main(argv=None):
         wall = time.perf_counter() - started
         loss_base2 = loss / len(targets) / math.log(2)
         row = {"label": args.label or None, **checkpoint, "split": args.split,
-               "data_sha256": data_fingerprint(args.data, args.split),
+               "data_sha256": data_fingerprint(args.data, args.split), "checkpoint_sha256": fingerprint(args.checkpoint),
                "scoring": "streaming", "cache": args.cache, "sinks": sinks, "window": window,
                "chunk": args.chunk or window, "keys_held": held, "tokens": len(targets), "loss_base2": loss_base2,
                "perplexity": 2 ** loss_base2, "wall_s": round(wall, 2), "tokens_per_s": round(len(targets) / wall, 1),
