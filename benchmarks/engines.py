@@ -99,7 +99,7 @@ def gguf_of(folder, converter, python, work):
 sys.path.insert(0, {os.path.dirname(os.path.abspath(converter))!r})
 sys.argv = ["convert_hf_to_gguf.py", {folder!r}, "--outfile", {out!r}, "--outtype", "f32"]
 import convert_hf_to_gguf as c
-def words(self):  # the word-level vocabulary as llama.cpp's GPT-2-style BPE with no merges
+def words(self):  # the word-level vocabulary as llama.cpp's GPT-2-style BPE, one dummy merge
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(self.dir_model)
     vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
@@ -108,9 +108,11 @@ def words(self):  # the word-level vocabulary as llama.cpp's GPT-2-style BPE wit
     self.gguf_writer.add_tokenizer_pre("default")
     self.gguf_writer.add_token_list(tokens)
     self.gguf_writer.add_token_types([1] * len(tokens))
+    self.gguf_writer.add_token_merges([f"{{tokens[4]}} {{tokens[5]}}"])  # one, unused: llama.cpp asks for merges
     self.gguf_writer.add_bos_token_id(tok.eos_token_id)
     self.gguf_writer.add_eos_token_id(tok.eos_token_id)
-c.TextModel._set_vocab_gpt2 = words
+from conversion.base import TextModel
+TextModel._set_vocab_gpt2 = words
 c.main()
 """)
     done = subprocess.run([python, shim], capture_output=True, text=True)
