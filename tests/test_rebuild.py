@@ -185,3 +185,21 @@ def test_every_claims_table_says_truly_when_its_claims_were_declared():
             assert "| yes |" in done.stdout or "| no |" in done.stdout  # it dated some cell
             audited += 1
     assert audited >= 12
+
+
+def test_committed_rows_of_one_checkpoint_agree_on_what_it_was():
+    """Every committed row file but retired.jsonl: the rows of one checkpoint path that record the
+    checkpoint file's fingerprint, the data it was trained on, or its training flags record one value
+    each (a checkpoint trained again at a path is another file, whose rows are retired, not mixed)."""
+    fields = ("checkpoint_sha256", "train_data_sha256", "train_flags")
+    for folder, _, names in os.walk(os.path.join(REPO, "examples")):
+        for name in sorted(n for n in names if n.endswith(".jsonl") and n != "retired.jsonl"):
+            seen = {}
+            with open(os.path.join(folder, name)) as f:
+                for number, line in enumerate(f, 1):
+                    row = json.loads(line)
+                    for field in fields:
+                        if row.get("checkpoint") and row.get(field) is not None:
+                            first = seen.setdefault((row["checkpoint"], field), (row[field], number))
+                            assert first[0] == row[field], (f"{os.path.relpath(folder, REPO)}/{name} line {number}: "
+                                                            f"{field} {row[field]!r} of {row['checkpoint']}, line {first[1]}: {first[0]!r}")
