@@ -93,6 +93,7 @@ def test_fields_may_not_replace_what_a_row_measures():
             row_fields(json.dumps({measured: 1}))
 
 
+@pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 @pytest.mark.parametrize("tool", [["-m", "fairseq_alibi_lab.stream_eval", "c.pt", "data", "out.jsonl", "--cache", "8"],
                                   ["-m", "fairseq_alibi_lab.retrieval", "score", "c.pt", "data", "t.jsonl", "out.jsonl"]])
 def test_the_scorers_refuse_fields_that_replace_measurements(tool, tmp_path):
@@ -114,6 +115,7 @@ def test_a_nan_score_is_an_error_not_a_row(tmp_path):
 
 # ---- class 5: a declared model is what trains ----
 
+@pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 @pytest.mark.parametrize("flags, named", [("--kerple-variant power", "--kerple-variant (KERPLE log, KERPLE power)"),
                                           ("--fire-init-threshold=512", "--fire-init-threshold (FIRE)")])
 def test_train_flags_may_not_change_a_declared_model(flags, named, tmp_path):
@@ -125,6 +127,7 @@ def test_train_flags_may_not_change_a_declared_model(flags, named, tmp_path):
 
 # ---- class 6: claims count one experiment's runs ----
 
+@pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 def test_claims_refuse_another_experiments_rows_and_another_run_as_seeds(tmp_path):
     committed = os.path.join(REPO, "examples", "wikitext2", "results")
     proc = subprocess.run([PYTHON, "scripts/claims.py", os.path.join(committed, "trade", "results.jsonl")],
@@ -236,6 +239,7 @@ def test_retrieval_test_prompts_that_are_missing_broken_or_of_no_asked_length_ar
     assert proc.returncode != 0 and "its lengths are 64" in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
 
 
+@pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 def test_a_torchaudio_for_another_torch_is_named_in_one_line(tmp_path):
     """What pip install ".[hf]" alone leaves (fairseq pulls the newest torchaudio): the tools say so
     at start, before transformers fails to import it."""
