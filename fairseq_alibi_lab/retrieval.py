@@ -167,7 +167,8 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
 
     from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint
-    from fairseq_alibi.checkpoints import identity, read_state
+    from fairseq_alibi.checkpoints import field, identity, model_and_task, read_state
+    from fairseq_alibi_lab.evaluate import check_scalings
     from fairseq_alibi.files import append_lines, data_fingerprint, fingerprint, read_rows
     from fairseq_alibi.hf.export import hf_model_of
 
@@ -181,19 +182,16 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
                          f"its lengths are {' '.join(map(str, sorted({t['length'] for t in tests})))}")
     if not os.path.isfile(checkpoint):
         raise SystemExit(f"error: no checkpoint at {checkpoint}")
-    scored = identity(checkpoint, read_state(checkpoint))
+    state = read_state(checkpoint)
+    scored = identity(checkpoint, state)
     # What each row was scored with: the checkpoint file, the test prompts, the training text (the mixture).
     fingerprints = {"checkpoint_sha256": fingerprint(checkpoint), "prompts_sha256": fingerprint(tests_path),
                     "mixture_sha256": data_fingerprint(data, "train") if os.path.isfile(os.path.join(data, "train.idx")) else None}
     train_length, updates = scored["train_length"], scored["updates"]
     method = str(scored["model"]).split("_transformer_lm")[0]
-    from fairseq_alibi.checkpoints import field, model_and_task
-
-    from fairseq_alibi_lab.evaluate import check_scalings
-
     # a scaling the model has no field for would be ignored, and its rows labelled with it
-    check_scalings(checkpoint, str(scored["model"]),
-                   field(model_and_task(read_state(checkpoint))[0], f"{method}_scaling") is not None, scalings)
+    check_scalings(checkpoint, str(scored["model"]), field(model_and_task(state)[0], f"{method}_scaling") is not None,
+                   scalings)
     for name, value in fingerprints.items():  # rows of this checkpoint scored on other prompts or data: refused
         held = {r.get(name) for r in read_rows(out) if r.get("checkpoint") == checkpoint and r.get(name)} - {value}
         if held:

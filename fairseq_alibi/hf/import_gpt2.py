@@ -198,8 +198,9 @@ def gpt2_state(gpt2, fairseq_state, padding_idx, eos, offset=SPECIALS):
             state[f"{f}{ours}.weight"], state[f"{f}{ours}.bias"] = hf.take(f"{h}{theirs}.weight"), hf.take(f"{h}{theirs}.bias")
     state["decoder.layer_norm.weight"], state["decoder.layer_norm.bias"] = (hf.take("transformer.ln_f.weight"),
                                                                              hf.take("transformer.ln_f.bias"))
-    if hf.problem():
-        raise CannotImport(f"{hf.problem()}: this GPT-2 has weights the import does not map")
+    problem = hf.problem()
+    if problem:
+        raise CannotImport(f"{problem}: this GPT-2 has weights the import does not map")
     missing = [k for k, v in fairseq_state.items() if k not in state and v.is_floating_point() and not k.endswith("version")]
     if missing:
         raise RuntimeError(f"GPT-2 import left fairseq parameters unset: {missing}")
