@@ -172,9 +172,9 @@ def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
     With resume, a measurement already in its output file (files.row_key) is not made again.
     fields: added to every row. Returns how many measurements were made."""
     fields = fields or {}
-    if provenance.measured_problem(fields, "ROW_FIELDS") or set(fields) & set(MEASURED):
-        fail(f"ROW_FIELDS may add fields to the rows, not replace what they measure: drop "
-             f"{', '.join(sorted(set(fields) & (set(MEASURED) | provenance.MEASURED_FIELDS)))}")
+    problem = provenance.measured_problem(fields, "ROW_FIELDS")
+    if problem:
+        raise SystemExit(problem)
     rows = {out: files.read_rows(out) if resume else [] for out in dict.fromkeys(s.out for s in scorings)}
     done = {out: files.Measured(out_rows) for out, out_rows in rows.items()}
     planned = []
@@ -268,12 +268,6 @@ def command_line(argv, environ):
 def main(argv=None):
     scoring, data, split, extra, fields = command_line(sys.argv[1:] if argv is None else argv, os.environ)
     score([scoring], data, split, extra, fields=fields)
-
-
-# What a row measures and records of its own (score() refuses ROW_FIELDS naming one of them).
-MEASURED = ("checkpoint", "label", "model", "train_length", "updates", "split", "l_valid", "stride", "stride_rule",
-            "scaling", "scaling_factor", "loss_base2", "perplexity", "tokens", "seconds", "tokens_per_s", "seed",
-            "commit", "machine", "model_overrides", "eval_flags", *files.IDENTITY)
 
 
 def evaluate(planned, data, split, extra, fields):

@@ -307,8 +307,9 @@ def data_problem(data):
 
 def tests_of(data):
     """The test prompts of a binarized retrieval set (prepare_data's ROOT/bin: ROOT/test.jsonl)."""
-    if data_problem(data):
-        raise SystemExit(f"error: {data_problem(data)}")
+    problem = data_problem(data)
+    if problem:
+        raise SystemExit(f"error: {problem}")
     return os.path.join(os.path.dirname(os.path.abspath(data)), "test.jsonl")
 
 
