@@ -542,7 +542,7 @@ def rows_problem(paths, experiment):
     `experiment` (or the ones whose runs it shares: runner.EXPERIMENTS), or a model's rows at more than
     one number of updates (another run, which would count as more seeds)."""
     from fairseq_alibi.files import read_rows
-    from fairseq_alibi_lab.runner import EXPERIMENTS
+    from fairseq_alibi_lab.experiments import EXPERIMENTS
 
     declared = EXPERIMENTS.get(experiment)
     allowed = {experiment, *(m.shared[0] for m in declared.models if m.shared), declared.checkpoints} if declared else {experiment}

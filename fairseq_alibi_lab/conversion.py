@@ -56,7 +56,7 @@ def checkpoint(name, runner, seed, make=False):
     if name not in wanted:
         raise ValueError(f"unknown prepared checkpoint '{name}': the conversion makes {', '.join(wanted)}")
     if make and not (finished(teacher) and os.path.exists(wanted[name])):
-        from fairseq_alibi_lab.runner import Model
+        from fairseq_alibi_lab.experiments.base import Model
 
         os.makedirs(runner.checkpoints, exist_ok=True)
         with open(os.path.join(runner.checkpoints, ".teacher.lock"), "w") as lock:
@@ -116,7 +116,7 @@ def score_model(runner, model, seed, checkpoint_path):
 
 
 def generate(runner):
-    """OUT/generation.md, once: examples/wikitext2/generate.py's greedy continuations past L by the
+    """OUT/generation.md, once: fairseq_alibi_lab/generate.py's greedy continuations past L by the
     teacher, the converted model and the first seed's fine-tunes and ALiBi from scratch, when they
     have all finished training; written whole, never over an earlier one."""
     out = os.path.join(runner.out, GENERATION)
@@ -128,7 +128,7 @@ def generate(runner):
     if os.path.exists(out) or not all(map(finished, models)):
         return False
     with written_whole(out) as partial, open(partial, "w") as f:
-        done = subprocess.run([sys.executable, os.path.join("examples", "wikitext2", "generate.py"), "--prompt",
+        done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.generate", "--prompt",
                                str(runner.length // 2), "--new", str(runner.length), runner.data, *models],
                               stdout=f, stderr=subprocess.PIPE, text=True)
         if done.returncode:

@@ -2,7 +2,8 @@
 score it at every (L_valid, stride, scaling) in one process.
 
     python3 scripts/evaluate.py CHECKPOINT DATA OUT.jsonl "L_VALID..." ["STRIDE..."] [-- fairseq-eval-lm flags]
-    (the environment's SPLIT, LABEL, SCALING, SCALING_FACTOR and ROW_FIELDS as eval.sh takes them)
+    (the environment's SPLIT, LABEL, SCALING, SCALING_FACTOR and ROW_FIELDS as eval.sh takes them, or
+    the options --split, --label, --scaling, --scaling-factor and --fields before the --)
 
 Before fairseq is imported, this checks the arguments (command_line) and reads what was trained
 from the checkpoint's own config (model, training length, updates, seed), and refuses, in one
@@ -208,6 +209,10 @@ def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
 
 
 USAGE = 'usage: scripts/eval.sh CHECKPOINT DATA OUT.jsonl "L_VALID..." ["STRIDE..."] [-- flags]'
+# Options in place of eval.sh's environment variables (what `python -m fairseq_alibi_lab.evaluate`
+# callers pass: the runner); one given wins over its variable, and over the variable's old name.
+OPTIONS = {"--split": "SPLIT", "--label": "LABEL", "--scaling": "SCALING", "--scaling-factor": "SCALING_FACTOR",
+           "--fields": "ROW_FIELDS"}
 # Flags this script derives from L_VALID, STRIDE, SPLIT and CHECKPOINT: a user's own would contradict them.
 SET_HERE = ("--context-window", "--tokens-per-sample", "--gen-subset", "--path")
 
@@ -215,6 +220,17 @@ SET_HERE = ("--context-window", "--tokens-per-sample", "--gen-subset", "--path")
 def command_line(argv, environ):
     """(the Scoring, DATA, SPLIT, fairseq-eval-lm's extra flags, the row fields) of eval.sh's
     arguments and environment, each checked, in one line naming the fix."""
+    argv, given = list(argv), {}
+    cut = argv.index("--") if "--" in argv else len(argv)
+    head, tail = argv[:cut], argv[cut:]
+    while any(a in OPTIONS for a in head):  # the options a caller passes instead of the environment
+        at = next(i for i, a in enumerate(head) if a in OPTIONS)
+        if at + 1 >= len(head):
+            fail(f"{head[at]} takes a value ({USAGE})")
+        given[OPTIONS[head[at]]] = head.pop(at + 1)
+        head.pop(at)
+    environ = {**environ, **given}
+    argv = head + tail
     if len(argv) < 4:
         print(USAGE, file=sys.stderr)
         sys.exit(2)
@@ -231,8 +247,9 @@ def command_line(argv, environ):
     if not os.path.isfile(os.path.join(data, f"{split}.idx")):
         splits = sorted(name[:-len(".idx")] for name in os.listdir(data) if name.endswith(".idx"))
         fail(f"{data} has no {split} split: SPLIT is one of {' '.join(splits)}")
-    scalings = environ.get("SCALING") or environ.get("ALIBI_SCALING") or "none"
-    factor = environ.get("SCALING_FACTOR") or environ.get("ALIBI_SCALING_FACTOR") or ""
+    scalings = (environ["SCALING"] if "SCALING" in given else environ.get("SCALING") or environ.get("ALIBI_SCALING")) or "none"
+    factor = (environ["SCALING_FACTOR"] if "SCALING_FACTOR" in given
+              else environ.get("SCALING_FACTOR") or environ.get("ALIBI_SCALING_FACTOR")) or ""
     if factor:
         try:
             value = float(factor)

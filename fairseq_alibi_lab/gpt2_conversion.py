@@ -1,7 +1,7 @@
 """The GPT-2 experiment's prepared checkpoints (runner.Experiment.prepare), one set per seed:
 
     gpt2       a GPT-2 (GPT2LMHeadModel, learned positions) trained with transformers on WikiText-2 at L
-               (examples/wikitext2/gpt2_standin.py: the stand-in for a downloaded `gpt2`, for the small
+               (fairseq_alibi_lab/gpt2_standin.py: the stand-in for a downloaded `gpt2`, for the small
                recipe's updates), imported into fairseq (fairseq-alibi-import-hf)
     converted  that import given ALiBi (convert_checkpoint --replace-positions), not yet fine-tuned
 
@@ -50,7 +50,7 @@ def make_steps(runner, seed, standin, gpt2, converted):
     if not os.path.exists(gpt2):
         print(f"    training the GPT-2 stand-in (seed {seed}, {updates} updates) -> {standin}", flush=True)
         os.makedirs(standin, exist_ok=True)
-        run([sys.executable, os.path.join("examples", "wikitext2", "gpt2_standin.py"), runner.data, standin,
+        run([sys.executable, "-m", "fairseq_alibi_lab.gpt2_standin", runner.data, standin,
              "--seed", str(seed), "--length", str(runner.length), "--updates", updates], os.path.join(standin, "train.log"))
         print(f"    importing it -> {gpt2}", flush=True)
         run([sys.executable, "-m", "fairseq_alibi.hf.import_gpt2", standin, os.path.dirname(gpt2), "--seed", str(seed)])

@@ -192,6 +192,18 @@ def main(argv=None, environ=os.environ):
     print(f"prepared {out}")
 
 
+def wikitext2(documents=False, environ=os.environ):
+    """data-bin/wikitext-2 (-documents: with <doc> between articles), made here where it is not (from
+    WIKITEXT2_SOURCE, else ../shared/data/wikitext-2 if present, else the download mirror): the
+    experiment runner's data."""
+    shared = os.path.join("..", "shared", "data", "wikitext-2")
+    source = environ.get("WIKITEXT2_SOURCE") or (shared if os.path.isdir(shared) else "")
+    # DATA_BIN is not the runner's: the directory returned is data-bin's.
+    main([*(["--documents"] if documents else []), "2", *([source] if source else [])],
+         {name: value for name, value in environ.items() if name != "DATA_BIN"})
+    return "data-bin/wikitext-2" + ("-documents" if documents else "")
+
+
 if __name__ == "__main__":
     try:
         main()

@@ -255,9 +255,9 @@ def prepare_data(runner):
     import shutil
     import subprocess
 
-    from fairseq_alibi_lab.runner import prepare_wikitext2
+    from fairseq_alibi_lab.prepare import wikitext2
 
-    wikitext = prepare_wikitext2()
+    wikitext = wikitext2()
     root = os.path.join("data-bin", f"retrieval-L{runner.length}-f{round(100 * FRACTION)}")  # another mixture, another set
     source = os.environ.get("WIKITEXT2_SOURCE") or os.path.join("..", "shared", "data", "wikitext-2")
     if not os.path.isfile(os.path.join(root, "test.jsonl")):

@@ -1,33 +1,7 @@
 #!/usr/bin/env python3
-"""Run a command and append its wall time and peak memory to a JSON-lines file.
+"""Entry point of fairseq_alibi_lab/measure.py (its docstring is its --help; `python -m
+fairseq_alibi_lab.measure` is the same)."""
+from fairseq_alibi_lab.measure import main
 
-    python3 scripts/measure.py RESOURCES.jsonl -- COMMAND [ARGS...]
-
-Peak memory is the largest resident set of the command and the processes it waited for (Linux
-ru_maxrss via wait4). The command's output passes through; the exit status is the command's.
-SIGTERM and SIGINT are passed on to the command, so that stopping this stops it too.
-"""
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-
-if len(sys.argv) < 4 or sys.argv[2] != "--":
-    sys.exit("usage: python3 scripts/measure.py RESOURCES.jsonl -- COMMAND [ARGS...]")
-out, command = sys.argv[1], sys.argv[3:]
-start = time.perf_counter()
-try:
-    child = subprocess.Popen(command)
-except OSError as e:
-    sys.exit(f"error: cannot run {command[0]}: {e.strerror}")
-for stop in (signal.SIGTERM, signal.SIGINT):
-    signal.signal(stop, lambda signum, frame: child.send_signal(signum))
-_, status, usage = os.wait4(child.pid, 0)
-seconds = time.perf_counter() - start
-code = os.waitstatus_to_exitcode(status)
-with open(out, "a") as f:
-    f.write(json.dumps({"command": command, "exit": code, "seconds": round(seconds, 1),
-                        "peak_mib": round(usage.ru_maxrss / 1024, 1)}) + "\n")
-sys.exit(code if code >= 0 else 128 - code)
+if __name__ == "__main__":
+    main()

@@ -101,7 +101,7 @@ def test_declared_experiments_name_known_methods_once():
                      "gpt2_small": ("alibi", "learned")}.get(  # scripts/train.sh's methods of the preset
                 declared.recipe, (*methods.CAUSAL_METHODS, "sinusoidal"))
             if model.start and not model.method:  # a prepared checkpoint, scored as it is
-                assert declared.prepare, (name, model)
+                assert declared.stages.prepared, (name, model)
             else:
                 assert model.method in known, (name, model)
         assert recipes.recipe(declared.recipe, declared.train_length)

@@ -328,7 +328,7 @@ def test_every_registered_method_appears_wherever_methods_are_listed():
 
     import fairseq_alibi.plugin  # noqa: F401
     from fairseq_alibi.positions import METHODS as REGISTERED
-    from fairseq_alibi_lab.runner import EXPERIMENTS
+    from fairseq_alibi_lab.experiments import EXPERIMENTS
 
     usage = subprocess.run([f"{REPO}/scripts/train.sh", "--help"], capture_output=True, text=True).stdout
     compared = {model.method for model in EXPERIMENTS["comparison"].models}
