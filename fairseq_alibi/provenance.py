@@ -8,43 +8,6 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# What a scorer writes into a result row itself (what it measured, of what, where): fields a caller
-# adds (row_fields) may not replace them.
-MEASURED_FIELDS = frozenset((
-    "accuracy", "cache", "changed", "checkpoint", "checkpoint_sha256", "chunk", "commit", "correct", "data_sha256",
-    "depth", "eval_flags", "first_accuracy", "first_correct", "keys_held", "l_valid", "label", "length", "loss",
-    "loss_base2", "machine", "mask_prob", "mask_seed", "masked_tokens", "max_distance", "min_distance", "mixture_sha256",
-    "model", "model_overrides", "n", "perplexity", "perplexity_blocks", "perplexity_by_position", "perplexity_stride_1",
-    "perplexity_stride_half", "prompts_sha256", "scaling", "scaling_factor", "scoring", "seconds", "seed", "sinks",
-    "split", "stride", "stride_rule", "task", "threads", "tokens", "tokens_per_s", "train_length",
-    "updates", "wall_s", "window"))
-
-
-def measured_problem(fields, name="--fields"):
-    """None, or the one line refusing fields that would replace what a row measures."""
-    replaced = sorted(set(fields) & MEASURED_FIELDS)
-    if replaced:
-        return (f"error: {name} may add fields to the rows, not replace what they measure: drop "
-                f"{', '.join(replaced)}")
-    return None
-
-
-def row_fields(text, name="--fields"):
-    """The fields a caller adds to every result row (the experiment runner's experiment and recipe):
-    a JSON object of fields no scorer measures, else exit with one line naming `name`."""
-    import json
-
-    try:
-        fields = json.loads(text)
-    except ValueError:
-        fields = None
-    if not isinstance(fields, dict):
-        raise SystemExit(f"error: {name} must be a JSON object, e.g. '{{\"experiment\": \"mine\"}}', got '{text}'")
-    if measured_problem(fields, name):
-        raise SystemExit(measured_problem(fields, name))
-    return fields
-
-
 def commit(repo=REPO):
     """The checked-out commit (short), with "+changes" if tracked files differ from it; None
     outside a git checkout. $FAIRSEQ_ALIBI_COMMIT, where set, is taken instead: a copy of the tree

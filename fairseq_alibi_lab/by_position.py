@@ -68,9 +68,9 @@ def main(argv=None):
     from fairseq_alibi import provenance
     from fairseq_alibi.build import load_checkpoint
     from fairseq_alibi.checkpoints import identity, read_state
-    from fairseq_alibi.files import append_lines, require_appendable
+    from fairseq_alibi_lab.result_rows import append_lines, require_appendable, row_fields
 
-    fields = provenance.row_fields(args.fields)
+    fields = row_fields(args.fields)
     if args.out:
         require_appendable(args.out)
     model, _, task = load_checkpoint(args.checkpoint, args.data, kind="causal LM")

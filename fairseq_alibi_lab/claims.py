@@ -505,7 +505,7 @@ def audit(found, locate, claims, paths, date=git_date):
     of its cells (the earliest commit of any row of the checkpoints they hold, in the files `paths`),
     post hoc where it came after, and whether Claim.after_data says the same; a scoring of
     SCORINGS_DECLARED against the first row of the whole experiment."""
-    from fairseq_alibi.files import read_rows
+    from fairseq_alibi_lab.result_rows import read_rows
 
     first = {}  # checkpoint -> (date, commit) of its earliest row
     for path in paths:
@@ -541,7 +541,7 @@ def rows_problem(paths, experiment):
     """None, or the one line refusing rows the verdicts must not count: rows of another experiment than
     `experiment` (or the ones whose runs it shares: runner.EXPERIMENTS), or a model's rows at more than
     one number of updates (another run, which would count as more seeds)."""
-    from fairseq_alibi.files import read_rows
+    from fairseq_alibi_lab.result_rows import read_rows
     from fairseq_alibi_lab.experiments import EXPERIMENTS
 
     declared = EXPERIMENTS.get(experiment)

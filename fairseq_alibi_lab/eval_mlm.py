@@ -48,8 +48,9 @@ def main():
     p.add_argument("--fields", default="{}", help="a JSON object of fields added to each row")
     args = p.parse_args()
     from fairseq_alibi import files, provenance
+    from fairseq_alibi_lab import result_rows
     from fairseq_alibi.checkpoints import checkpoint_summary as summary
-    fields = provenance.row_fields(args.fields)
+    fields = result_rows.row_fields(args.fields)
 
     lengths = args.lengths.split()
     if not lengths or not all(x.isdigit() and int(x) >= 2 for x in lengths):
@@ -60,7 +61,7 @@ def main():
         fail(f"no checkpoint at {args.checkpoint}")
     if not os.path.isfile(os.path.join(args.data, f"{args.split}.idx")):
         fail(f"{args.data} has no {args.split} split (a directory made by fairseq-preprocess)")
-    files.require_appendable(args.out)
+    result_rows.require_appendable(args.out)
 
     import torch
     import torch.nn.functional as F
@@ -91,7 +92,7 @@ def main():
     if not masked.any():
         fail(f"--mask-prob {args.mask_prob} masks no token of the {args.split} split: nothing to score")
     recorded = {"seed": getattr(cfg.common, "seed", None), "updates": summary(args.checkpoint)[2],
-                # what was scored: the checkpoint file and the split (files.IDENTITY)
+                # what was scored: the checkpoint file and the split (result_rows.IDENTITY)
                 "checkpoint_sha256": files.fingerprint(args.checkpoint),
                 "data_sha256": files.data_fingerprint(args.data, args.split),
                 "commit": provenance.commit(), "machine": provenance.machine(), **fields}
@@ -128,7 +129,7 @@ def main():
             fail(f"perplexity {row['perplexity']} for {args.checkpoint} at L_valid {l_valid}: its weights hold "
                  "NaN or inf (a diverged run?); nothing recorded")
         scored.append(row)
-    files.append_lines(args.out, [json.dumps(row) for row in scored])
+    result_rows.append_lines(args.out, [json.dumps(row) for row in scored])
     for row in scored:
         print(json.dumps(row), flush=True)
 

@@ -34,6 +34,7 @@ import traceback
 
 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi import checkpoints, dictionaries, files, provenance  # noqa: E402  (results rows, stride rules; no fairseq)
+from fairseq_alibi_lab import result_rows  # noqa: E402
 from fairseq_alibi.methods import SCALINGS  # noqa: E402  (the registry's; no fairseq import)
 
 
@@ -116,7 +117,7 @@ def plan(name, train_length, lengths, strides, scalings, scaling_factor, positio
                                "(give a longer L_valid, or SCALING_FACTOR)")
                 continue
             for rule in strides:  # a number, or /K for L_valid / K
-                stride, stride_rule = files.stride(rule, l_valid)
+                stride, stride_rule = result_rows.stride(rule, l_valid)
                 context = 0 if stride == 0 else l_valid - stride
                 if context < 0:
                     skipped.append(f"stride {stride} > L_valid {l_valid}")
@@ -170,14 +171,14 @@ class Scoring:
 
 def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
     """Check every scoring (before anything is appended anywhere), then score them all in one process.
-    With resume, a measurement already in its output file (files.row_key) is not made again.
+    With resume, a measurement already in its output file (result_rows.row_key) is not made again.
     fields: added to every row. Returns how many measurements were made."""
     fields = fields or {}
-    problem = provenance.measured_problem(fields, "ROW_FIELDS")
+    problem = result_rows.measured_problem(fields, "ROW_FIELDS")
     if problem:
         raise SystemExit(problem)
-    rows = {out: files.read_rows(out) if resume else [] for out in dict.fromkeys(s.out for s in scorings)}
-    done = {out: files.Measured(out_rows) for out, out_rows in rows.items()}
+    rows = {out: result_rows.read_rows(out) if resume else [] for out in dict.fromkeys(s.out for s in scorings)}
+    done = {out: result_rows.Measured(out_rows) for out, out_rows in rows.items()}
     planned = []
     for s in scorings:
         name, train_length, has_scaling, updates, seed, user, positions_end = trained(s.checkpoint, s.user_overrides)
@@ -185,10 +186,10 @@ def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
         if problem:
             fail(problem)
         identity = {"checkpoint_sha256": files.fingerprint(s.checkpoint), "data_sha256": files.data_fingerprint(data, split)}
-        problem = files.identity_problem(rows[s.out], s.checkpoint, identity, s.out)
+        problem = result_rows.identity_problem(rows[s.out], s.checkpoint, identity, s.out)
         if problem:
             fail(problem)
-        overrides = files.overrides_text(user)
+        overrides = result_rows.overrides_text(user)
         check_scalings(s.checkpoint, name, has_scaling, s.scalings)
         jobs, skipped = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor, positions_end)
         if not jobs:
@@ -196,13 +197,13 @@ def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
         for why in skipped:
             print(f"skipping: {why}", file=sys.stderr)
         jobs = [job for job in jobs  # job: L_valid, stride, its rule, context, scaling, ...
-                if files.measurement(s.label, s.checkpoint, updates, job[0], job[2], job[4], split, overrides)
+                if result_rows.measurement(s.label, s.checkpoint, updates, job[0], job[2], job[4], split, overrides)
                 not in done[s.out]]
         if jobs:
             planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show,
                             dict(identity, model_overrides=overrides)))
     for out in done:  # every checkpoint checked: now the files
-        files.require_appendable(out)
+        result_rows.require_appendable(out)
     if planned:
         evaluate(planned, data, split, list(extra), fields)
     return sum(len(jobs) for jobs, *_ in planned)
@@ -243,7 +244,7 @@ def command_line(argv, environ):
         fail(f"no checkpoint at {checkpoint} ({USAGE})")
     if not os.path.isfile(os.path.join(data, "dict.txt")):
         fail(f"{data} has no dict.txt: DATA is a binarized data directory ({USAGE})")
-    fields = provenance.row_fields(environ["ROW_FIELDS"], "ROW_FIELDS") if environ.get("ROW_FIELDS") else {}
+    fields = result_rows.row_fields(environ["ROW_FIELDS"], "ROW_FIELDS") if environ.get("ROW_FIELDS") else {}
     if not os.path.isfile(os.path.join(data, f"{split}.idx")):
         splits = sorted(name[:-len(".idx")] for name in os.listdir(data) if name.endswith(".idx"))
         fail(f"{data} has no {split} split: SPLIT is one of {' '.join(splits)}")
@@ -263,8 +264,8 @@ def command_line(argv, environ):
         if not (l_valid.isdigit() and int(l_valid) > 0):
             fail(f"L_valid must be a positive integer, got '{l_valid}'")
     for rule in strides.split():
-        if files.stride_problem(rule):
-            fail(files.stride_problem(rule))
+        if result_rows.stride_problem(rule):
+            fail(result_rows.stride_problem(rule))
     # The user's own --model-overrides: checked against the checkpoint's config (trained()), since
     # fairseq silently ignores a key the config lacks, and merged into the ones set here.
     extra, user_overrides = [], "{}"
@@ -303,7 +304,7 @@ def evaluate(planned, data, split, extra, fields):
     # imported (SCALINGS above imports it, without fairseq).
     import fairseq_alibi.plugin  # noqa: F401
 
-    append_lines = files.append_lines
+    append_lines = result_rows.append_lines
     recorded = {"commit": provenance.commit(), "machine": provenance.machine(), "eval_flags": " ".join(extra) or None}
 
     # Tokens scored: every token of the split once, whatever the window (what fairseq counts too).

@@ -31,10 +31,10 @@ def main():
         if not os.path.isfile(path):
             raise SystemExit(f"error: no file {path}")
     from fairseq_alibi import provenance
-    from fairseq_alibi.files import append_lines, read_rows, require_appendable
+    from fairseq_alibi_lab.result_rows import append_lines, read_rows, require_appendable, row_fields
 
     require_appendable(args.out)
-    fields = provenance.row_fields(args.fields)
+    fields = row_fields(args.fields)
 
     import logging
     import warnings

@@ -7,8 +7,7 @@ own: the runner imports no fairseq or torch.
 import os
 import sys
 
-from fairseq_alibi import files
-from fairseq_alibi_lab import exact_match, prepare, recipes, results, synthetic_table, synthetic_tasks
+from fairseq_alibi_lab import exact_match, prepare, recipes, result_rows, results, synthetic_table, synthetic_tasks
 
 
 def module(name, *args):
@@ -46,15 +45,15 @@ class CausalLM:
 
     def missing(self, run, model, checkpoint, updates):
         """Each scoring's label -> the (scaling, L_valid, stride) the results lack for checkpoint."""
-        rows = files.read_rows(run.results)
-        problem = files.identity_problem(rows, checkpoint, run.identity(model, checkpoint), run.results)
+        rows = result_rows.read_rows(run.results)
+        problem = result_rows.identity_problem(rows, checkpoint, run.identity(model, checkpoint), run.results)
         if problem:
             raise SystemExit(f"error: {problem} (--out)")
-        done = files.Measured(rows)
+        done = result_rows.Measured(rows)
         return {label: [(scaling, l_valid, stride) for scaling, l_valid, stride in run.evaluations(model)
-                        if files.measurement(label, checkpoint, updates, l_valid, files.stride(stride, l_valid)[1],
+                        if result_rows.measurement(label, checkpoint, updates, l_valid, result_rows.stride(stride, l_valid)[1],
                                              scaling, run.experiment.split,
-                                             files.overrides_text(flags[1]) if flags else None) not in done]
+                                             result_rows.overrides_text(flags[1]) if flags else None) not in done]
                 for label, flags in run.scorings(model)}
 
     def floor_command(self, run):
@@ -117,7 +116,7 @@ class EncoderDecoder:
                       run.results, "--label", label, "--fields", run.row_fields(checkpoint))
 
     def missing(self, run, model, checkpoint, updates):
-        done = exact_match.scored_buckets(files.read_rows(run.results), model.label, checkpoint, updates)
+        done = exact_match.scored_buckets(result_rows.read_rows(run.results), model.label, checkpoint, updates)
         return {model.label: [bucket for bucket in self.buckets if bucket not in done]}
 
     def floor_command(self, run):

@@ -169,7 +169,8 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
     from fairseq_alibi.build import load_checkpoint
     from fairseq_alibi.checkpoints import field, identity, model_and_task, read_state
     from fairseq_alibi_lab.evaluate import check_scalings
-    from fairseq_alibi.files import append_lines, data_fingerprint, fingerprint, read_rows
+    from fairseq_alibi.files import data_fingerprint, fingerprint
+    from fairseq_alibi_lab.result_rows import append_lines, read_rows
     from fairseq_alibi.hf.export import hf_model_of
 
     tests = read_tests(tests_path)
@@ -240,7 +241,7 @@ TASK_SEED, FRACTION, EXAMPLES = 1, 0.5, 20  # one task set for every training se
 def made_otherwise(root, **wanted):
     """What differs between the set `make` wrote in root (its made.json) and the one wanted, in one
     line, or None: a set made with other options is never trained or scored on as this one."""
-    from fairseq_alibi.files import options_changed
+    from fairseq_alibi_lab.result_rows import options_changed
 
     changed = options_changed(os.path.join(root, "made.json"), wanted)
     if changed is None:
@@ -335,7 +336,8 @@ def score_model(runner, model, seed, checkpoint):
 def write_floors(runner):
     """OUT/floors.jsonl from the test prompts, once (the runner calls it with its unigram floor); floors
     of other prompts there are refused, not mixed."""
-    from fairseq_alibi.files import fingerprint, read_rows
+    from fairseq_alibi.files import fingerprint
+    from fairseq_alibi_lab.result_rows import read_rows
 
     path, tests = os.path.join(runner.out, FLOOR_ROWS), tests_of(runner.data)
     if os.path.exists(path):
@@ -487,7 +489,7 @@ def floor_cells(floors, metric="accuracy", keep=None):
 
 def read_floors(out):
     """The floor rows beside a results folder's rows (OUT/floors.jsonl), or []."""
-    from fairseq_alibi.files import read_rows
+    from fairseq_alibi_lab.result_rows import read_rows
 
     path = os.path.join(out, FLOOR_ROWS)
     return list(read_rows(path)) if os.path.exists(path) else []
@@ -509,7 +511,8 @@ def report(rows, out):
     models' validation perplexity at L (what the mixture costs them as language models); then the
     same for the key's first word alone. And OUT/retrieval_<task>.png (exact match) and
     retrieval_<task>_first.png: accuracy by depth and length, one panel per model, mean over the seeds."""
-    from fairseq_alibi.files import read_rows, written_whole
+    from fairseq_alibi.files import written_whole
+    from fairseq_alibi_lab.result_rows import read_rows
     from fairseq_alibi_lab.results import mean_std, method_name
 
     def shown(values, digits, scale=1):
@@ -648,7 +651,7 @@ def main(argv=None):
             p.error(f"--examples must be at least 1, got {args.examples}")
         make(args.out, args.source, args.length, args.fraction, args.seed, args.examples)
     else:
-        from fairseq_alibi.files import require_appendable
+        from fairseq_alibi_lab.result_rows import require_appendable
         from fairseq_alibi.provenance import row_fields
 
         require_appendable(args.out)

@@ -31,12 +31,12 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi import checkpoints, files, provenance  # noqa: E402  (no fairseq or torch import)
-from fairseq_alibi_lab import recipes  # noqa: E402
+from fairseq_alibi_lab import recipes, result_rows  # noqa: E402
 from fairseq_alibi_lab.experiments import COMMITTED, EXPERIMENTS, declared_updates, names, slug  # noqa: E402
 from fairseq_alibi_lab.kinds import kind_of, module  # noqa: E402
 from fairseq_alibi_lab.prepare import SEPARATOR  # noqa: E402  (what prepare --documents writes between articles)
 
-append_lines, read_rows = files.append_lines, files.read_rows
+append_lines, append_new, left_out, read_rows = result_rows.append_lines, result_rows.append_new, result_rows.left_out, result_rows.read_rows
 # Label suffix -> the evaluation's --model-overrides.
 DOCUMENT_SCORINGS = {"scored apart": f"{{'document_separator': '{SEPARATOR}'}}",
                      "scored packed": "{'document_separator': None}"}
@@ -216,7 +216,7 @@ class Runner:
         return self.kind.missing(self, model, checkpoint, updates)
 
     def identity(self, model, checkpoint):
-        """What rows of checkpoint must record to be this run's (files.identity_problem): the file now
+        """What rows of checkpoint must record to be this run's (result_rows.identity_problem): the file now
         at its path, the data scored, the training flags and data (a shared model's are its own
         experiment's)."""
         identity = {"checkpoint_sha256": files.fingerprint(checkpoint) if os.path.isfile(checkpoint) else None,
@@ -238,7 +238,7 @@ class Runner:
     def orphaned(self, jobs):
         """The (model, seed) runs of which OUT holds some rows but not all, of a checkpoint that is not
         here (a fresh machine, the rows kept in git): trained again, each would be another checkpoint
-        file, whose rows cannot join these (files.identity_problem), found only after its training."""
+        file, whose rows cannot join these (result_rows.identity_problem), found only after its training."""
         named = {r.get("checkpoint") for name in self.scored_files() for r in read_rows(os.path.join(self.out, name))}
         return [f"{model.label} seed {seed}" for model, seed in jobs if not model.shared
                 for checkpoint in [self.checkpoint(model, seed)]
@@ -416,29 +416,6 @@ class Runner:
         for name in self.scored_files():
             append_new(os.path.join(self.out, name), [r for r in read_rows(os.path.join(part, name))
                                                       if r.get("model") != "unigram"])
-
-
-def left_out(rows, updates, lengths, name):
-    """One line: how many rows a table leaves out, and why (with an example of each)."""
-    why = {}
-    for r in rows:
-        if r.get("model") != "unigram" and r.get("checkpoint") not in updates:
-            reason, example = f"of checkpoints {name} does not declare here (another --checkpoints?)", r.get("checkpoint")
-        elif r.get("model") != "unigram" and r.get("updates") != updates[r["checkpoint"]]:
-            reason, example = "at other updates than declared", r.get("updates")
-        else:
-            reason, example = "at lengths not declared", r["l_valid"]
-        why.setdefault(reason, [0, example])[0] += 1
-    return f"left out of the tables: {len(rows)} rows: " + "; ".join(
-        f"{n} {reason}, e.g. {example}" for reason, (n, example) in why.items())
-
-
-def append_new(path, rows):
-    """Append to the results file `path` those of `rows` it does not hold yet (row for row)."""
-    have = {json.dumps(r, sort_keys=True) for r in read_rows(path)}
-    new = [json.dumps(r) for r in rows if json.dumps(r, sort_keys=True) not in have]
-    if new:
-        append_lines(path, new)
 
 
 @contextlib.contextmanager

@@ -78,7 +78,8 @@ def main(argv=None):
     for sinks in args.sinks:
         if not 0 <= sinks < args.cache:
             p.error(f"--sinks {sinks}: each must be at least 0 and below --cache {args.cache} (the window needs a slot)")
-    from fairseq_alibi.files import append_lines, data_fingerprint, fingerprint, require_appendable
+    from fairseq_alibi.files import data_fingerprint, fingerprint
+    from fairseq_alibi_lab.result_rows import append_lines, require_appendable, row_fields
 
     require_appendable(args.out)
 
@@ -89,7 +90,7 @@ def main(argv=None):
     from fairseq_alibi.checkpoints import identity, read_state
     from fairseq_alibi.hf.export import hf_model_of
 
-    fields = provenance.row_fields(args.fields)
+    fields = row_fields(args.fields)
     model, _, task = load_checkpoint(args.checkpoint, args.data, kind="causal LM")
     hf = hf_model_of(model, task.source_dictionary, {}).eval()
     problem = next((why for why in [_problem(hf, s, args.cache - s) for s in args.sinks] if why), None)
@@ -139,7 +140,8 @@ def score_model(runner, model, seed, checkpoint):
     of its own (the runner imports no fairseq); True if it scored anything."""
     import subprocess
 
-    from fairseq_alibi.files import data_fingerprint, read_rows
+    from fairseq_alibi.files import data_fingerprint
+    from fairseq_alibi_lab.result_rows import read_rows
 
     if not streams(model.method):
         return False
@@ -178,7 +180,7 @@ def stream_cells(path):
     """The streams of path as claims.py's rows: (split, "0", stream_label, train L, seed, checkpoint,
     cache) -> perplexity, the last scoring of a checkpoint and sink count winning (a stream is every
     token once, as blocks are, so it sits beside them at L_valid = the cache)."""
-    from fairseq_alibi.files import read_rows
+    from fairseq_alibi_lab.result_rows import read_rows
 
     return {(r["split"], "0", stream_label(r["label"], r["sinks"]), r["train_length"], r.get("seed"), r["checkpoint"],
              r["cache"]): r["perplexity"] for r in read_rows(path)}
@@ -189,7 +191,8 @@ def report(rows, out):
     with the exact sliding window (stride 1: every token after the L - 1 before it, recomputed), then
     streamed through a cache of L keys with 0, 1 and 4 sinks, mean ± std over the seeds (n), and the
     stream's tokens/s; then the streams of the other splits (no blocks scored there)."""
-    from fairseq_alibi.files import read_rows, written_whole
+    from fairseq_alibi.files import written_whole
+    from fairseq_alibi_lab.result_rows import read_rows
     from fairseq_alibi_lab.results import cell, per_run
 
     path = os.path.join(out, ROWS)

@@ -26,7 +26,7 @@ import random
 import shutil
 import subprocess
 
-from fairseq_alibi.files import options_changed
+from fairseq_alibi_lab.result_rows import options_changed
 
 TASKS = ("copy", "reverse", "add")
 

@@ -17,7 +17,8 @@ import os
 
 import numpy as np
 
-from fairseq_alibi import files, provenance  # results rows: read, keyed, appended; no fairseq
+from fairseq_alibi import provenance
+from fairseq_alibi_lab import result_rows  # results rows: read, keyed, appended; no fairseq
 
 LABEL = "Unigram (add-one)"
 
@@ -71,12 +72,12 @@ def check(args):
     if not args.lengths.split() or not all(x.isdigit() and int(x) > 0 for x in args.lengths.split()):
         raise SystemExit(f"error: --lengths must be positive integers, e.g. \"64 128\", got '{args.lengths}'")
     for rule in args.strides.split():
-        if files.stride_problem(rule):
-            raise SystemExit(f"error: --strides: {files.stride_problem(rule)}")
-    args.fields = provenance.row_fields(args.fields)  # a dict from here on
+        if result_rows.stride_problem(rule):
+            raise SystemExit(f"error: --strides: {result_rows.stride_problem(rule)}")
+    args.fields = result_rows.row_fields(args.fields)  # a dict from here on
     if args.masked_lm and not 0 < args.mask_prob < 1:
         raise SystemExit(f"error: --mask-prob must be between 0 and 1, got {args.mask_prob}")
-    files.require_appendable(args.out)
+    result_rows.require_appendable(args.out)
 
 
 def main():
@@ -92,12 +93,12 @@ def main():
     p.add_argument("--seed", type=int, default=1, help="with --masked-lm: the mask's seed, as eval_mlm.py's")
     args = p.parse_args()
     check(args)
-    have = {files.row_key(r) for r in files.read_rows(args.out) if r.get("model") == "unigram"}
+    have = {result_rows.row_key(r) for r in result_rows.read_rows(args.out) if r.get("model") == "unigram"}
     wanted = []  # (L_valid, stride, its rule) of the rows OUT lacks; no stride > L_valid (nor in eval.sh)
     for l_valid in map(int, args.lengths.split()):
         for rule in args.strides.split():
-            stride, stride_rule = files.stride(rule, l_valid)
-            if stride <= l_valid and files.measurement(LABEL, None, None, l_valid, stride_rule, "none", args.split) not in have:
+            stride, stride_rule = result_rows.stride(rule, l_valid)
+            if stride <= l_valid and result_rows.measurement(LABEL, None, None, l_valid, stride_rule, "none", args.split) not in have:
                 wanted.append((l_valid, stride, stride_rule))
     if not wanted:
         print(f"{LABEL}: {args.out} already holds these rows")
@@ -116,7 +117,7 @@ def main():
         "scaling_factor": None, "loss_base2": math.log2(ppl), "perplexity": ppl, "tokens": tokens,
         "seed": None, "commit": provenance.commit(), "machine": provenance.machine(), **mask_fields,
         **args.fields}) for l_valid, stride, stride_rule in wanted]
-    files.append_lines(args.out, rows)
+    result_rows.append_lines(args.out, rows)
     print(f"{LABEL}: perplexity {ppl:.2f} on {tokens} {'masked ' if masked else ''}{args.split} tokens")
 
 

@@ -246,7 +246,7 @@ def test_evaluation_scripts_refuse_a_file_that_is_not_a_checkpoint_in_one_line(s
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert f"error: {fake} could not be loaded as a fairseq checkpoint" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "out.jsonl").exists()
-    if script == "scripts/eval_mlm.py":  # the runner's row fields, checked first (provenance.row_fields)
+    if script == "scripts/eval_mlm.py":  # the runner's row fields, checked first (result_rows.row_fields)
         proc = subprocess.run(["python3", script, *args, "--fields", "[1]"], cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 1 and proc.stderr.startswith("error: --fields must be a JSON object")
 

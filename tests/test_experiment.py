@@ -13,6 +13,7 @@ import torch
 from conftest import REPO
 
 from fairseq_alibi import dictionaries, files, methods, mistakes  # noqa: E402
+from fairseq_alibi_lab import result_rows  # noqa: E402
 from fairseq_alibi_lab import recipes  # noqa: E402
 from fairseq_alibi_lab import results  # noqa: E402
 from fairseq_alibi_lab import runner as experiment  # noqa: E402
@@ -446,7 +447,7 @@ def test_tables_refuse_masked_token_and_causal_perplexities_together_and_write_n
 def test_a_stride_rule_means_one_stride_and_one_row_name_wherever_it_is_read():
     """eval.sh's rules: "0" nonoverlapping, "S" S tokens, "/K" L_valid // K (named L_valid/K in
     rows); the scoring plan (evaluate.py) drops a stride longer than L_valid."""
-    stride = files.stride
+    stride = result_rows.stride
     assert [stride(rule, 100) for rule in ("0", "32", "/2", "/3")] == [
         (0, "0"), (32, "32"), (50, "L_valid/2"), (33, "L_valid/3")]
     from fairseq_alibi_lab.evaluate import plan
@@ -475,13 +476,13 @@ def test_append_problem_names_each_out_it_refuses_and_creates_nothing(tmp_path):
     (tmp_path / "d.jsonl").mkdir()
     (tmp_path / "ro.jsonl").write_text("")
     (tmp_path / "ro.jsonl").chmod(0o444)
-    assert files.append_problem(str(tmp_path / "new" / "rows.jsonl")) is None  # its directory is made on append
-    assert files.append_problem(str(tmp_path / "rows.txt")) == f"{tmp_path}/rows.txt is not a .jsonl file, where result rows are appended"
-    assert files.append_problem(str(tmp_path / "d.jsonl")) == f"{tmp_path}/d.jsonl is a directory"
+    assert result_rows.append_problem(str(tmp_path / "new" / "rows.jsonl")) is None  # its directory is made on append
+    assert result_rows.append_problem(str(tmp_path / "rows.txt")) == f"{tmp_path}/rows.txt is not a .jsonl file, where result rows are appended"
+    assert result_rows.append_problem(str(tmp_path / "d.jsonl")) == f"{tmp_path}/d.jsonl is a directory"
     if os.geteuid() != 0:  # root may write anything
-        assert files.append_problem(str(tmp_path / "ro.jsonl")) == f"{tmp_path}/ro.jsonl is read-only"
+        assert result_rows.append_problem(str(tmp_path / "ro.jsonl")) == f"{tmp_path}/ro.jsonl is read-only"
     with pytest.raises(SystemExit, match=r"^error: cannot append to .*rows.txt \(.*\): give another OUT$"):
-        files.require_appendable(str(tmp_path / "rows.txt"))
+        result_rows.require_appendable(str(tmp_path / "rows.txt"))
     assert sorted(os.listdir(tmp_path)) == ["d.jsonl", "ro.jsonl"]
 
 
@@ -490,30 +491,30 @@ def test_a_row_appended_after_a_cut_line_stays_whole(tmp_path):
     own (read back whole), the cut line stays as it was and is skipped."""
     out = tmp_path / "results.jsonl"
     out.write_text('{"l_valid": 64, "split": "valid"}\n{"checkpoint": "x", "mod')
-    files.append_lines(str(out), ['{"l_valid": 128, "split": "valid"}'])
+    result_rows.append_lines(str(out), ['{"l_valid": 128, "split": "valid"}'])
     assert out.read_text().splitlines()[1:] == ['{"checkpoint": "x", "mod', '{"l_valid": 128, "split": "valid"}']
-    assert [r["l_valid"] for r in files.read_rows(str(out))] == [64, 128]
-    files.append_lines(str(out), ['{"l_valid": 256, "split": "valid"}'])  # a whole last line: nothing added
-    assert [r["l_valid"] for r in files.read_rows(str(out))] == [64, 128, 256] and len(out.read_text().splitlines()) == 4
+    assert [r["l_valid"] for r in result_rows.read_rows(str(out))] == [64, 128]
+    result_rows.append_lines(str(out), ['{"l_valid": 256, "split": "valid"}'])  # a whole last line: nothing added
+    assert [r["l_valid"] for r in result_rows.read_rows(str(out))] == [64, 128, 256] and len(out.read_text().splitlines()) == 4
 
 
 def test_a_results_row_stands_for_its_measurement_only_with_its_identity(tmp_path):
-    """files.Measured and identity_problem: a row's scoring overrides are part of what it measured
+    """result_rows.Measured and identity_problem: a row's scoring overrides are part of what it measured
     (older rows, without the field, stand for any); a row recording another checkpoint file or other
     data than the one now at hand is named, a row recording none is not."""
     row = {"label": "ALiBi", "checkpoint": "c.pt", "updates": 10, "l_valid": 64, "stride_rule": "0",
            "scaling": "none", "split": "valid"}
-    key = files.measurement("ALiBi", "c.pt", 10, 64, "0", "none", "valid")
-    with_overrides = files.measurement("ALiBi", "c.pt", 10, 64, "0", "none", "valid", "{'a': 1}")
-    assert key in files.Measured([row]) and with_overrides in files.Measured([row])  # an older row
+    key = result_rows.measurement("ALiBi", "c.pt", 10, 64, "0", "none", "valid")
+    with_overrides = result_rows.measurement("ALiBi", "c.pt", 10, 64, "0", "none", "valid", "{'a': 1}")
+    assert key in result_rows.Measured([row]) and with_overrides in result_rows.Measured([row])  # an older row
     new = dict(row, model_overrides=None, checkpoint_sha256="1" * 16, data_sha256="2" * 16)
-    assert key in files.Measured([new]) and with_overrides not in files.Measured([new])
-    assert files.overrides_text("{'b': 2, 'a': 1}") == "{'a': 1, 'b': 2}" and files.overrides_text("{}") is None
+    assert key in result_rows.Measured([new]) and with_overrides not in result_rows.Measured([new])
+    assert result_rows.overrides_text("{'b': 2, 'a': 1}") == "{'a': 1, 'b': 2}" and result_rows.overrides_text("{}") is None
     same = {"checkpoint_sha256": "1" * 16, "data_sha256": "2" * 16}
-    assert files.identity_problem([row, new], "c.pt", same, "out.jsonl") is None
-    assert files.identity_problem([new], "c.pt", dict(same, checkpoint_sha256=None), "out.jsonl") is None  # file not here
-    assert "scored on other data" in files.identity_problem([new], "c.pt", dict(same, data_sha256="3" * 16), "out.jsonl")
-    assert files.identity_problem([new], "other.pt", dict(same, data_sha256="3" * 16), "out.jsonl") is None
+    assert result_rows.identity_problem([row, new], "c.pt", same, "out.jsonl") is None
+    assert result_rows.identity_problem([new], "c.pt", dict(same, checkpoint_sha256=None), "out.jsonl") is None  # file not here
+    assert "scored on other data" in result_rows.identity_problem([new], "c.pt", dict(same, data_sha256="3" * 16), "out.jsonl")
+    assert result_rows.identity_problem([new], "other.pt", dict(same, data_sha256="3" * 16), "out.jsonl") is None
     (tmp_path / "a").write_bytes(b"abc")
     import hashlib
     assert files.fingerprint(str(tmp_path / "a")) == hashlib.sha256(b"abc").hexdigest()[:16]

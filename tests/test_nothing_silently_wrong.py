@@ -46,7 +46,7 @@ def test_a_finished_run_is_not_already_trained_on_other_data(toy_checkpoint, wt2
 
 
 def test_rows_of_a_checkpoint_trained_on_other_data_are_not_this_runs():
-    from fairseq_alibi.files import identity_problem
+    from fairseq_alibi_lab.result_rows import identity_problem
 
     rows = [{"checkpoint": "c.pt", "train_data_sha256": "aaaa"}, {"checkpoint": "d.pt"}]
     assert "trained on other data" in identity_problem(rows, "c.pt", {"train_data_sha256": "bbbb"}, "out.jsonl")
@@ -103,7 +103,7 @@ def test_the_scorers_refuse_fields_that_replace_measurements(tool, tmp_path):
 
 
 def test_a_nan_score_is_an_error_not_a_row(tmp_path):
-    from fairseq_alibi.files import append_lines, read_rows
+    from fairseq_alibi_lab.result_rows import append_lines, read_rows
 
     out = str(tmp_path / "rows.jsonl")
     append_lines(out, [json.dumps({"label": "NaN in a name is fine", "perplexity": 3.0})])
