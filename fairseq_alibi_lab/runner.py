@@ -4,27 +4,21 @@ stride, and tabulate the seeds as mean ± std.
     python scripts/experiment.py NAME [--seeds 1 2 3] [--updates N] [--out DIR] ...
     python scripts/experiment.py --list         (its options: fairseq_alibi_lab/experiment_cli.py)
 
-An experiment is declared in its own file of fairseq_alibi_lab/experiments/ (its models, recipe,
-training length, seeds, evaluation grid and stages of its own); its recipe's kind of model
-(fairseq_alibi_lab/kinds.py: causal LM, masked LM, encoder-decoder) says how each model trains and
-is scored. This runner only schedules, resumes and writes: each (model, seed) trains into
-CHECKPOINTS/<label>-L<L>-s<seed> (an encoder-decoder's: no L); an interrupted training resumes from
-its last checkpoint and a finished one (recipes.run_status) is left untouched, as is one whose rows
-are all in the results where its checkpoint is gone (a fresh machine, the rows kept in git). Each
-missing (length, stride, scaling) is scored by the kind's scorer and appended to OUT/results.jsonl, a
-row carrying the label, the seed, the recipe, the commit and the machine; nothing is ever deleted,
-so stopping (Ctrl-C) and running the same command again continues where it stopped. The unigram
-model is every table's floor row. Tables and figures are rebuilt from the rows of the declared runs
-after each job; OUT/runs.jsonl records each invocation (command, commit, machine, threads, start) as
-it starts, and again with its wall time as it finishes or is stopped.
+An experiment is declared in its own file of fairseq_alibi_lab/experiments/; its recipe's kind of
+model (fairseq_alibi_lab/kinds.py) says how each model trains and is scored. This runner schedules,
+resumes and writes: each (model, seed) trains into CHECKPOINTS/<label>-L<L>-s<seed>; an interrupted
+training resumes, a finished one (recipes.run_status) is left, as is one whose rows are all in the
+results where its checkpoint is gone (a fresh machine, the rows kept in git). Each missing (length,
+stride, scaling) is scored and appended to OUT/results.jsonl with the label, seed, recipe, commit and
+machine; nothing is deleted, so the same command continues a stopped run. The unigram model is every
+table's floor row; tables and figures are rebuilt after each job; OUT/runs.jsonl records each
+invocation (command, commit, machine, threads) as it starts and with its wall time as it ends.
 """
-import contextlib
 import fcntl
 import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -33,18 +27,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi import checkpoints, files, provenance  # noqa: E402  (no fairseq or torch import)
 from fairseq_alibi_lab import recipes, result_rows  # noqa: E402
 from fairseq_alibi_lab.experiments import COMMITTED, EXPERIMENTS, declared_updates, names, slug  # noqa: E402
-from fairseq_alibi_lab.kinds import kind_of, module  # noqa: E402
+from fairseq_alibi_lab.kinds import kind_of  # noqa: E402
+from fairseq_alibi_lab.processes import duration, follow, stopped_together  # noqa: E402
 from fairseq_alibi_lab.prepare import SEPARATOR  # noqa: E402  (what prepare --documents writes between articles)
 
 append_lines, append_new, left_out, read_rows = result_rows.append_lines, result_rows.append_new, result_rows.left_out, result_rows.read_rows
 # Label suffix -> the evaluation's --model-overrides.
 DOCUMENT_SCORINGS = {"scored apart": f"{{'document_separator': '{SEPARATOR}'}}",
                      "scored packed": "{'document_separator': None}"}
-
-
-def duration(seconds):
-    seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 class Runner:
@@ -167,24 +157,12 @@ class Runner:
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
             with stopped_together(proc):
-                self.follow(proc, log, self.kind.where)
+                follow(proc, log, self.kind.where)
         if proc.wait() != 0:  # the log's last line says why (a one-line refusal, fairseq's exception)
             with open(os.path.join(save, "train.log")) as log:
                 why = ([line.strip() for line in log if line.strip()] or ["(no output)"])[-1]
             raise SystemExit(f"error: training {model.label} (seed {seed}) failed: {why} (the whole log: {save}/train.log)")
         return self.checkpoint(model, seed) if save == self.save_dir(model, seed) else os.path.join(save, "checkpoint_last.pt")
-
-    @staticmethod
-    def follow(proc, log, where):
-        """The training's output into its log; its validations (at `where`) and errors shown."""
-        for line in proc.stdout:
-            log.write(line)
-            log.flush()  # tail -f SAVE/train.log follows it
-            valid = re.search(r"valid on .*\| ppl ([\d.]+) .*\| num_updates (\d+)", line)
-            if valid:
-                print(f"    {valid[2]} updates: validation perplexity {valid[1]}{where}", flush=True)
-            elif re.search(r"done training|already trained|error", line):
-                print("   ", line.split(" | ")[-1].rstrip(), flush=True)
 
     def evaluations(self, model):
         """(scaling, L_valid, stride) to score: every length and stride; scalings past L only (at L
@@ -368,7 +346,8 @@ class Runner:
                 model, seed = waiting.pop(0)
                 part = os.path.join(self.out, "parts", os.path.basename(self.save_dir(model, seed)))
                 self.start_part(model, seed, part)
-                command = [*module("experiment_cli", self.name), "--models", names(model)[2],
+                # The part runs what this run was started as (scripts/experiment.py, an experiment's own file).
+                command = [sys.executable, os.path.abspath(sys.argv[0]), self.name, "--models", names(model)[2],
                            "--seeds", str(seed), "--out", part, "--checkpoints", self.checkpoints, "--data", self.data,
                            "--updates", str(self.updates), "--train-length", str(self.length),
                            *(["--lengths", *map(str, self.args.lengths)] if self.args.lengths else []),
@@ -416,27 +395,3 @@ class Runner:
         for name in self.scored_files():
             append_new(os.path.join(self.out, name), [r for r in read_rows(os.path.join(part, name))
                                                       if r.get("model") != "unigram"])
-
-
-@contextlib.contextmanager
-def stopped_together(*procs):
-    """If the runner is stopped (Ctrl-C, SIGTERM), so is proc with everything it started (its own
-    session): no trainer is left running unseen, writing to a directory a rerun will use. And as
-    the runner yields, so do they: on Linux a new session is a new scheduling group (autogroup),
-    where the runner's `nice` no longer counts, so the group is given the runner's niceness."""
-    niceness = os.nice(0)
-    for proc in procs if niceness > 0 else ():
-        with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/autogroup", "w") as group:
-            group.write(str(niceness))
-    try:
-        yield
-    except BaseException:
-        for proc in procs:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for proc in procs:
-            with contextlib.suppress(ChildProcessError):
-                proc.wait()
-        raise

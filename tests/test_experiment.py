@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, run
 
 from fairseq_alibi import dictionaries, files, methods, mistakes  # noqa: E402
 from fairseq_alibi_lab import result_rows  # noqa: E402
@@ -564,7 +564,7 @@ def test_the_runners_children_yield_as_the_runner_does_under_nice():
     each a new scheduling group where the process's nice would not count; the group gets it."""
     import subprocess
 
-    code = ("import subprocess, sys; import fairseq_alibi_lab.runner as e; "
+    code = ("import subprocess, sys; import fairseq_alibi_lab.processes as e; "
             "p = subprocess.Popen(['sleep', '5'], start_new_session=True)\n"
             "with e.stopped_together(p): print(open(f'/proc/{p.pid}/autogroup').read()); p.kill()")
     shown = subprocess.run(["nice", "-n", "7", sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
@@ -688,3 +688,49 @@ def test_one_flag_reader_keeps_what_argparse_keeps():
     assert flag_values(argv) == {"--lr": "-1", "--fp16": "", "--lengths": "64 128", "--max-update": "5"}
     assert last_value(argv, "--max-update") == "5" and last_value(argv, "--seed", "1") == "1"
     assert mistakes.common_mistake("train", ["--max-update", "0"], 0).startswith("--max-update must be a positive")
+
+
+TOY_EXPERIMENT = '''
+from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register
+
+
+def report(rows, out):  # a stage of its own: a table from the declared runs' rows
+    labels = sorted({row["label"] for row in rows if row.get("model") != "unigram"})
+    with open(out + "/toy.md", "w") as f:
+        f.write(" ".join(labels))
+    return "toy report: " + " ".join(labels)
+
+
+register("toy", Experiment("A toy: ALiBi at L=16, scored at L and 2L.", (Model("ALiBi", "alibi"),),
+                           train_length=16, seeds=(1,), multiples=(1, 2), strides=("0",), stages=Stages(report=report)))
+
+if __name__ == "__main__":
+    from fairseq_alibi_lab.experiment_cli import cli
+
+    cli()
+'''
+
+
+@pytest.mark.slow
+def test_an_experiment_is_one_file(wt2_slice, tmp_path):
+    """CONTRIBUTING's "adding an experiment": one file that declares an experiment (with a stage of
+    its own) runs end to end through the runner: trained, scored at each declared length, the floor
+    row, the tables and its own report."""
+    from conftest import TOY
+
+    toy = tmp_path / "toy_experiment.py"
+    toy.write_text(TOY_EXPERIMENT)
+    out = tmp_path / "out"
+    printed = run(["python", toy, "toy", "--data", wt2_slice, "--updates", "4", "--out", out, "--checkpoints",
+                   tmp_path / "checkpoints", "--train-flags", " ".join(["--max-tokens", "1024", *TOY])])
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    scored = {(r["label"], r["l_valid"]) for r in rows if r["model"] != "unigram"}
+    assert scored == {("ALiBi", 16), ("ALiBi", 32)} and {r["l_valid"] for r in rows if r["model"] == "unigram"} == {16, 32}
+    assert all(r["experiment"] == "toy" and r["updates"] == 4 for r in rows if r["model"] != "unigram")
+    assert (out / "toy.md").read_text() == "ALiBi" and "toy report: ALiBi" in printed
+    assert (out / "table_valid_stride0.md").exists()
+    # Declared twice (two files, one name): refused when declared, not when run.
+    from fairseq_alibi_lab.experiments import Experiment, register
+
+    with pytest.raises(ValueError, match="declared twice"):
+        register("main", Experiment("again", ()))

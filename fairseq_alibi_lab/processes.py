@@ -1,0 +1,46 @@
+"""The runner's child processes: stopped with it, yielding as it does, their progress shown."""
+import contextlib
+import os
+import re
+import signal
+
+
+def duration(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def follow(proc, log, where):
+    """The training's output into its log; its validations (at `where`) and errors shown."""
+    for line in proc.stdout:
+        log.write(line)
+        log.flush()  # tail -f SAVE/train.log follows it
+        valid = re.search(r"valid on .*\| ppl ([\d.]+) .*\| num_updates (\d+)", line)
+        if valid:
+            print(f"    {valid[2]} updates: validation perplexity {valid[1]}{where}", flush=True)
+        elif re.search(r"done training|already trained|error", line):
+            print("   ", line.split(" | ")[-1].rstrip(), flush=True)
+
+
+@contextlib.contextmanager
+def stopped_together(*procs):
+    """If the runner is stopped (Ctrl-C, SIGTERM), so is proc with everything it started (its own
+    session): no trainer is left running unseen, writing to a directory a rerun will use. And as
+    the runner yields, so do they: on Linux a new session is a new scheduling group (autogroup),
+    where the runner's `nice` no longer counts, so the group is given the runner's niceness."""
+    niceness = os.nice(0)
+    for proc in procs if niceness > 0 else ():
+        with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/autogroup", "w") as group:
+            group.write(str(niceness))
+    try:
+        yield
+    except BaseException:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in procs:
+            with contextlib.suppress(ChildProcessError):
+                proc.wait()
+        raise
