@@ -26,7 +26,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
 from .attention import RelativeEncoderLayer, attention_bias, wrap_layer
 from .base import UNBOUNDED_POSITIONS, ConfigError, check_heads
-from .bidirectional import VARIANTS
+from .bidirectional import DEFAULT, VARIANTS
 from .decoder import ATTENTION_KERNEL_HELP, PositionDecoder, check_decoder_args
 from .factory import causal_positions, encoder_positions
 from .kernels import KERNEL_NAMES
@@ -91,9 +91,8 @@ def check_encoder_args(args, left_padded: bool):
         raise ConfigError("--encoder-learned-pos adds position embeddings, which encoder ALiBi replaces: "
                           "drop the flag (or use --encoder-alibi none for the position-embedding twin)")
     check_heads(args.encoder_embed_dim, args.encoder_attention_heads, "encoder")
-    encoder_positions(args.encoder_alibi, args.encoder_attention_heads)
-    if args.encoder_alibi == "bialibi" and left_padded:
-        raise ConfigError("bialibi anchors its first-token term at index 0, which left padding moves: "
+    if encoder_positions(args.encoder_alibi, args.encoder_attention_heads).first_token_anchored and left_padded:
+        raise ConfigError(f"{args.encoder_alibi} anchors its first-token term at index 0, which left padding moves: "
                           "pass --left-pad-source (in fairseq 0.12 that flag turns left padding off)")
 
 
@@ -122,8 +121,8 @@ class SinusoidalRobertaEncoder(UnboundedRobertaEncoder):
 class AlibiRobertaConfig(FairseqDataclass):
     """alibi_roberta's options beside RoBERTa's own (fairseq's RoBERTa takes argparse flags: these
     are added to them, each default and help written here once)."""
-    encoder_alibi: ChoiceEnum([*VARIANTS, "none"]) = field(default="symmetric", metadata={
-        "help": "the bidirectional ALiBi variant (fairseq_alibi/bidirectional.py); none: fairseq's RoBERTa "
+    encoder_alibi: ChoiceEnum([*VARIANTS, "none"]) = field(default=DEFAULT, metadata={
+        "help": "the bidirectional ALiBi variant (fairseq_alibi/bidirectional/); none: fairseq's RoBERTa "
                 "encoder with sinusoidal positions (the twin)"})
     encoder_learned_pos: bool = field(default=False, metadata={
         "help": "with --encoder-alibi none: learned positions (stock --arch roberta)"})
@@ -214,8 +213,8 @@ def roberta_base_size_architecture(args):
 @dataclass
 class AlibiTransformerConfig(FairseqDataclass):
     """alibi_transformer's options beside fairseq's transformer's."""
-    encoder_alibi: ChoiceEnum(list(VARIANTS)) = field(default="symmetric", metadata={
-        "help": "the bidirectional ALiBi variant (fairseq_alibi/bidirectional.py)"})
+    encoder_alibi: ChoiceEnum(list(VARIANTS)) = field(default=DEFAULT, metadata={
+        "help": "the bidirectional ALiBi variant (fairseq_alibi/bidirectional/)"})
     attention_kernel: ChoiceEnum(list(KERNEL_NAMES)) = field(default="auto", metadata={
         "help": "the decoder's " + ATTENTION_KERNEL_HELP})
     alibi_attention: ChoiceEnum(list(KERNEL_NAMES)) = field(default="auto", metadata={

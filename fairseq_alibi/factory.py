@@ -10,7 +10,7 @@ Options a checkpoint predates read as their defaults (MethodConfig.from_args), s
 from typing import Optional, Tuple
 
 from .base import ConfigError, config_check
-from .bidirectional import EncoderAlibi
+from .bidirectional import EncoderAlibi, build_variant
 from .kernels import KERNEL_NAMES, KERNELS, takes_bias
 from .positions import METHODS, PositionMethod, build_method
 
@@ -46,7 +46,7 @@ def check_kernel(kernel: str, positions: PositionMethod, flag: str):
 
 
 def encoder_positions(variant: str, heads: int) -> EncoderAlibi:
-    return config_check(EncoderAlibi, variant, heads, flags="--encoder-alibi")
+    return config_check(build_variant, variant, heads, flags="--encoder-alibi")
 
 
 def document_separator(args, dictionary) -> Optional[int]:

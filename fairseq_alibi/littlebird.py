@@ -12,7 +12,7 @@ feeding the next):
     X'  = LayerNorm(FFN(A) + A)
 
 USWAttn: query i of X attends over [K(C_p); K(X_window(i))] with the same K and V projections for
-both, adding the bias [-D_p; -D]: D is BiALiBi (bidirectional.py's "bialibi": 0 on the diagonal,
+both, adding the bias [-D_p; -D]: D is BiALiBi (bidirectional/'s "bialibi": 0 on the diagonal,
 alpha_h to and from token 0, past_h (i - j) for keys before the query, future_h (j - i) after it),
 and D_p = (past_h + future_h) / 2 * b for every pack key: the pack sits one block away, at the
 mean of the two slopes. The public implementation's defects are not repeated here: one softmax

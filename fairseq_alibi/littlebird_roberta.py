@@ -1,5 +1,5 @@
 """LittleBird in fairseq: a masked LM (task masked_lm) whose encoder is LittleBird's layers
-(littlebird.py) with BiALiBi (bidirectional.py's "bialibi", the same module as alibi_roberta's
+(littlebird.py) with BiALiBi (bidirectional/'s "bialibi", the same module as alibi_roberta's
 --encoder-alibi bialibi), a learned pack, and RoBERTa's embeddings and LM head.
 
     fairseq-train DATA --user-dir fairseq_alibi --task masked_lm --criterion masked_lm \\

@@ -9,7 +9,7 @@ from conftest import build_model, random_tokens
 from fairseq_alibi.alibi import alibi_slopes
 from fairseq_alibi.attention import attention_bias
 from fairseq_alibi.base import ConfigError
-from fairseq_alibi.bidirectional import VARIANTS, EncoderAlibi
+from fairseq_alibi.bidirectional import VARIANTS, build_variant
 
 INF = float("-inf")
 
@@ -44,7 +44,7 @@ def randomize(module, seed=0):
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("heads", [2, 8, 12])
 def test_each_variant_matches_its_formula(variant, heads):
-    module = EncoderAlibi(variant, heads)
+    module = build_variant(variant, heads)
     randomize(module)
     T = 9
     got = module.square(T)
@@ -62,9 +62,9 @@ def test_each_variant_matches_its_formula(variant, heads):
 
 def test_learned_variants_start_at_the_papers_slopes_and_stay_slopes():
     for variant in ("learned", "bialibi"):
-        module = EncoderAlibi(variant, 8)
+        module = build_variant(variant, 8)
         if variant == "learned":  # starts as symmetric ALiBi
-            torch.testing.assert_close(module.square(6), EncoderAlibi("symmetric", 8).square(6))
+            torch.testing.assert_close(module.square(6), build_variant("symmetric", 8).square(6))
         with torch.no_grad():
             module.log_past.fill_(-50.0)  # any real parameter: the slope stays >= 0
         assert (module.past_future_slopes()[0] >= 0).all()
@@ -72,7 +72,7 @@ def test_learned_variants_start_at_the_papers_slopes_and_stay_slopes():
 
 def test_learned_slopes_gradcheck_in_fp64():
     for variant in ("learned", "bialibi"):
-        module = EncoderAlibi(variant, 4).double()
+        module = build_variant(variant, 4).double()
         randomize(module)
         positions = torch.arange(7)
         names = [name for name, _ in module.named_parameters()]

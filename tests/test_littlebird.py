@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from conftest import build_model, random_tokens
 from fairseq_alibi.base import ConfigError
-from fairseq_alibi.bidirectional import EncoderAlibi
+from fairseq_alibi.bidirectional import build_variant
 from fairseq_alibi.littlebird import (LittleBirdLayer, Projections, dense_window_attention, insert_padding,
                                       pack_attention, pad_to_blocks, take_back, unpacked_window_attention,
                                       window_bias, window_logits)
@@ -33,7 +33,7 @@ def rule_blocks(q, n):
 
 def trained_bialibi(heads, seed=0):
     """BiALiBi away from its start: alpha != 0, past != future."""
-    alibi = EncoderAlibi("bialibi", heads).double()
+    alibi = build_variant("bialibi", heads).double()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         alibi.first_token.copy_(torch.randn(heads, generator=g, dtype=torch.float64))
