@@ -7,8 +7,8 @@ Use with `fairseq-train --user-dir fairseq_alibi --arch alibi_transformer_lm_sma
 (or <method>_transformer_lm_small for every method of positions/; alibi_roberta_small for a
 masked LM, littlebird_roberta_small for LittleBird's linear-memory one, alibi_transformer_small
 for an encoder-decoder). Each position method is one file of positions/ (the encoder's:
-bidirectional.py), built and checked by factory.py, and reaches attention through
-attention.attention_bias; the math (alibi.py, rotary.py, t5_bias.py, bidirectional.py,
+bidirectional/), built and checked by factory.py, and reaches attention through
+attention.attention_bias; the math (alibi.py, rotary.py, t5_bias.py, bidirectional/,
 littlebird.py, kernels/, positions/) needs only torch; decoder.py and encoder.py are the fairseq
 models, registered by plugin.py. The criterion `lm_distillation` (distillation_criterion.py; its
 math in distillation.py) fine-tunes a model converted to ALiBi (convert_checkpoint.py

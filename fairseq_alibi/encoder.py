@@ -1,5 +1,5 @@
 """Bidirectional ALiBi in fairseq: an encoder without position embeddings whose self-attention
-adds one of bidirectional.py's variants (--encoder-alibi), and two models built on it:
+adds one of bidirectional/'s variants (--encoder-alibi), and two models built on it:
 
 - alibi_roberta (task masked_lm): RoBERTa with this encoder. --encoder-alibi none keeps
   fairseq's own RoBERTa encoder with sinusoidal positions (or, with --encoder-learned-pos,

@@ -15,7 +15,7 @@ INF = float("-inf")
 
 
 def naive_bias(variant, module, h, i, j):
-    """The variant's bias for head h, query i, key j, one entry at a time (bidirectional.py's
+    """The variant's bias for head h, query i, key j, one entry at a time (bidirectional/'s
     docstring, written out)."""
     if variant in ("symmetric", "ruoss"):
         m = alibi_slopes(len(module.slopes))[h]

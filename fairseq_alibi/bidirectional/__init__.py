@@ -14,7 +14,7 @@ ruoss.py, bialibi.py (the last two learned: base.LearnedSlopes).
 import importlib
 import pkgutil
 
-from .base import DEFAULT, VARIANTS, EncoderAlibi, build_variant, one_sided_bias, register, two_sided_bias  # noqa: F401
+from .base import DEFAULT, VARIANTS, EncoderAlibi, build_variant, one_sided_bias, register, two_sided_bias  # noqa: F401  (the package's names)
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":
