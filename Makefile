@@ -13,7 +13,7 @@ experiment: setup
 # Tests go to the workers one at a time, slowest first (tests/conftest.py): xdist's default sends
 # each worker a contiguous chunk of a quarter of the suite, which gave one worker every slow test.
 test: setup
-	python -m pytest -q -n auto --maxschedchunk 1 tests
+	python -m pytest -q -n auto --maxschedchunk 1 -m "" tests
 
 # The edit-test loop: math, models, kernels; no end-to-end runs of fairseq's tools (under 3 minutes).
 test-fast: setup

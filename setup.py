@@ -24,7 +24,7 @@ setup(
     # hf: export to and import from Hugging Face (fairseq_alibi/hf/), and lm-eval on exported models.
     extras_require={"test": ["pytest", "pytest-xdist"],
                     "hf": ["transformers>=5,<6", "tokenizers", "safetensors", "lm-eval", "accelerate"],
-                    # fairseq_alibi/hf/onnx.py's graphs, run by ONNX Runtime (tests/test_onnx.py)
+                    # fairseq_alibi/hf/onnx.py's graphs, run by ONNX Runtime (tests/library/test_onnx.py)
                     "onnx": ["onnx", "onnxruntime"]},
     # fairseq's tools with the plugin loaded, from any directory (fairseq_alibi/cli.py).
     entry_points={"console_scripts": [

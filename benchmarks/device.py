@@ -6,7 +6,7 @@ runs this there):
     python benchmarks/device.py --dry-run --out DIR    # the same steps at toy sizes on CPU (make test)
 
 Steps, in order of value, each with its own limit inside one budget (an 8-minute call on an H100):
-1. tests: the GPU tests CPU cannot run (tests/test_gpu.py, tests/test_flex.py);
+1. tests: the GPU tests CPU cannot run (tests/library/test_gpu.py, tests/library/test_flex.py);
 2. table1: Table 1 at the paper's size (benchmarks/bench.py --arch wiki103: training speed and
    memory at L=512 and 1024 against the sinusoidal twin, evaluation at L..6L);
 3. kernels: every kernel against SDPA is_causal (benchmarks/kernels.py), the separable one included;
@@ -54,7 +54,7 @@ def steps(out, work, dry_run, data=DATA):
     py = sys.executable
     rows = {name: os.path.join(out, f"rows-{name}.jsonl") for name in LIMITS}
     if dry_run:
-        tests = ["tests/test_gpu.py"]  # skips without a GPU; test_flex.py is in make test
+        tests = ["tests/library/test_gpu.py"]  # skips without a GPU; test_flex.py is in make test
         table1 = ["--smoke", "--modes", *TABLE1_MODES]
         kernels = ["--dtype", "float32", "--lengths", "16", "32", "8192", "--tokens", "4096", "--heads", "2", "--head-dim",
                    "16", "--repeats", "40", "--methods", "alibi", "learned_alibi", "--kernels", "sdpa", "blocked", "separable"]
@@ -62,7 +62,7 @@ def steps(out, work, dry_run, data=DATA):
                 "--decoder-layers 1 --decoder-embed-dim 32 --decoder-input-dim 32 --decoder-output-dim 32 "
                 "--decoder-ffn-embed-dim 64 --max-tokens 256"]
     else:
-        tests = ["tests/test_gpu.py", "tests/test_flex.py"]
+        tests = ["tests/library/test_gpu.py", "tests/library/test_flex.py"]
         # One repeat, one paired run of 6 steps, four evaluation lengths: about 20 jobs, in this process
         # on a GPU (bench.py: no fairseq start-up per job).
         table1 = ["--arch", "wiki103", "--dtype", "float16", "--modes", *TABLE1_MODES, "--lengths", "512", "1024",

@@ -24,7 +24,7 @@ from one function (compare):
   "post hoc" where that came after the first row of its cells (Claim.after_data; a scoring added
   later, SCORINGS_DECLARED, makes its lines post hoc where it came after the experiment's first row).
   `scripts/claims.py RESULTS --experiment NAME --audit` recomputes both from git history and the
-  rows' commits; tests/test_rebuild.py checks them for every committed experiment.
+  rows' commits; tests/lab/test_rebuild.py checks them for every committed experiment.
 A claim that A is "lower" is on perplexity; "higher" on exact match.
 Prints the Markdown table (and writes it to --out if given).
 """

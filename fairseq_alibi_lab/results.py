@@ -44,7 +44,7 @@ def method_name(row):
 FIELDS = ("model", "split", "train_length", "checkpoint", "l_valid", "perplexity")
 
 
-# What every committed result row says of itself (tests/test_rebuild.py checks each): what it is
+# What every committed result row says of itself (tests/lab/test_rebuild.py checks each): what it is
 # (label), which training (seed), of which experiment, trained how (its recipe, or the command
 # itself where a sweep changed the recipe), by which code on which machine. The floors' rows
 # (model "unigram", retrieval's "floor") train nothing: they need no seed, recipe or command. The threads a training

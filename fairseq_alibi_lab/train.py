@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS = ("wiki103", "small", "bloom_small", "gpt2_small")
 # Presets whose learning rate reaches 0 at the run's last update (unless told otherwise).
 SCHEDULED = ("small", "bloom_small", "gpt2_small")
-# The flags every training here takes besides its model, recipe and length (tests/test_configs.py
+# The flags every training here takes besides its model, recipe and length (tests/lab/test_configs.py
 # holds the hydra configs to them).
 TRAINING = ["--task", "language_modeling", "--criterion", "adaptive_loss", "--ddp-backend", "legacy_ddp",
             "--sample-break-mode", "none", "--skip-invalid-size-inputs-valid-test", "--no-epoch-checkpoints",

@@ -8,7 +8,7 @@ dynamic length.
 - ONNX_DIR/step.onnx: input_ids (batch, T') and past_k0, past_v0, ... -> the logits of the T' new
   tokens and the cache grown by them: cached decoding, one graph run per step.
 The logits are the folder's (fairseq's log-probabilities up to a constant per position; tested at
-L and 8L, and decoding with the cache to 8L, in tests/test_onnx.py). Any folder transformers loads
+L and 8L, and decoding with the cache to 8L, in tests/library/test_onnx.py). Any folder transformers loads
 (stock BLOOM, or our class with trust_remote_code) whose cache is transformers' DynamicCache.
 """
 import argparse

@@ -17,9 +17,9 @@ from .blocked import alibi_reach
 FLEX_MIN_HEAD_DIM = 16  # PyTorch's compiled FlexAttention refuses narrower heads
 
 # Methods whose learned bias trained through compiled FlexAttention on a GPU with gradients far from
-# fp32's (tests/test_gpu.py on an H100, torch 2.11, 2026-11-28); refused by name, never chosen, until
+# fp32's (tests/library/test_gpu.py on an H100, torch 2.11, 2026-11-28); refused by name, never chosen, until
 # a GPU run shows parity. On CPU the same score_mod's gradient on explicit scores is exact
-# (tests/test_flex.py), so the fault is in the compiled backward, not reproduced here; upstream
+# (tests/library/test_flex.py), so the fault is in the compiled backward, not reproduced here; upstream
 # reports wrong FlexAttention gradients with captured buffers (pytorch#158212): a guess, not measured.
 GRADIENT_NOT_SHOWN = {
     "t5_bias": "its bucket table's gradient through compiled FlexAttention was far from fp32's on an H100 "

@@ -8,7 +8,7 @@ from fairseq_alibi_lab.experiments.base import Experiment, Model, register
 # convention): without it the sinusoidal twin's unit-scale sinusoids drown RoBERTa's std-0.02 token
 # embeddings, and with it both twins learn from context within the recipe's 3000 updates
 # (examples/wikitext2/results/mlm-diagnosis/). An ALiBi encoder adds no positions, so its embedding
-# LayerNorm makes the scale a no-op (tests/test_bidirectional.py).
+# LayerNorm makes the scale a no-op (tests/library/test_bidirectional.py).
 SCALED = ("--scale-embedding",)
 ENCODER_VARIANTS = ("symmetric", "one_sided", "learned", "ruoss", "bialibi")  # --encoder-alibi
 ENCODERS = (*(Model(f"ALiBi {variant}", "alibi_roberta_small", ("--encoder-alibi", variant, *SCALED))

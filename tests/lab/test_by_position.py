@@ -64,7 +64,7 @@ def test_the_script_prints_and_appends_the_positions(toy_checkpoint, wt2_slice, 
     assert row["perplexity_stride_1"] == row["perplexity_by_position"][-1] and row["tokens"] == 170
     assert row["train_length"] == 32 and row["label"] == "toy" and row["command"].startswith("python scripts/by_position.py ")
     from fairseq_alibi_lab.results import identity_missing
-    assert identity_missing(row) == []  # what every committed row must say (tests/test_rebuild.py)
+    assert identity_missing(row) == []  # what every committed row must say (tests/lab/test_rebuild.py)
     refused = subprocess.run([sys.executable, "scripts/by_position.py", toy_checkpoint, wt2_slice, "--length", "16",
                               "--limit", "20"], cwd=REPO, capture_output=True, text=True)
     assert refused.returncode == 2 and "at least 2 x --length - 1 = 31 tokens" in refused.stderr.splitlines()[-1]

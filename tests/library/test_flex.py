@@ -2,7 +2,7 @@
 each method's elementwise_bias equals its dense bias; the model through flex gives the dense
 path's logits, with packed documents too; and the gradients that reach every parameter through
 the very same score_mod and block mask, applied to explicit scores, are the dense path's. On a GPU
-tests/test_gpu.py runs the compiled kernel's own backward."""
+tests/library/test_gpu.py runs the compiled kernel's own backward."""
 import pytest
 import torch
 import torch.nn.functional as F

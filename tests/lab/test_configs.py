@@ -77,6 +77,6 @@ def test_every_name_in_the_slowest_first_order_is_a_test():
 
     from conftest import SLOW_FIRST
 
-    names = [name for path in glob.glob(os.path.join(os.path.dirname(__file__), "test_*.py"))
+    names = [name for path in glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "*", "test_*.py"))
              for name in re.findall(r"^def (test_\w+)", open(path).read(), re.M)]
     assert [prefix for prefix in SLOW_FIRST if not any(name.startswith(prefix) for name in names)] == []
