@@ -42,6 +42,9 @@ def main():
     p.add_argument("--task-flags", default="", help="synthetic only: fairseq_alibi_lab/synthetic_tasks.py options (toy sizes)")
     p.add_argument("--parallel", type=int, default=1,
                    help="run this many (model, seed) jobs at once (a GPU or many cores; default 1: one at a time)")
+    p.add_argument("--retire", metavar="WHY", help="move the rows of the selected models and seeds (their checkpoints' "
+                   "rows) from OUT's results to OUT/retired.jsonl with this reason, then run them anew: a second "
+                   "training of a (model, seed) is never mixed with the first's rows")
     p.add_argument("--tables", action="store_true",
                    help="only rebuild the tables and figures from OUT/results.jsonl (rows merged from elsewhere)")
     args = p.parse_args()
@@ -67,6 +70,8 @@ def main():
                          ("--train-length", [args.train_length]), ("--parallel", [args.parallel])):
         if any(v is not None and v < (0 if name == "--seeds" else 1) for v in values or ()):
             p.error(f"{name} must be {'non-negative' if name == '--seeds' else 'positive'} integers")
+    if args.retire is not None and (not args.retire.strip() or args.tables):
+        p.error("--retire takes the reason the rows are retired (kept beside them), and not with --tables")
     if args.task_flags and experiment.recipe != "synthetic":
         p.error(f"--task-flags is for the synthetic tasks, not {args.name}: leave it out")
     args.train_flags, args.task_flags = shlex.split(args.train_flags), shlex.split(args.task_flags)

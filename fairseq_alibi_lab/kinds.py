@@ -46,9 +46,10 @@ class CausalLM:
     def missing(self, run, model, checkpoint, updates):
         """Each scoring's label -> the (scaling, L_valid, stride) the results lack for checkpoint."""
         rows = result_rows.read_rows(run.results)
-        problem = result_rows.identity_problem(rows, checkpoint, run.identity(model, checkpoint), run.results)
+        problem = result_rows.identity_problem(rows, checkpoint, run.identity(model, checkpoint), run.results,
+                                               retire_hint=" (--out), or retire them with --retire WHY")
         if problem:
-            raise SystemExit(f"error: {problem} (--out)")
+            raise SystemExit(f"error: {problem}")
         done = result_rows.Measured(rows)
         return {label: [(scaling, l_valid, stride) for scaling, l_valid, stride in run.evaluations(model)
                         if result_rows.measurement(label, checkpoint, updates, l_valid, result_rows.stride(stride, l_valid)[1],

@@ -186,7 +186,7 @@ class Measured:
 IDENTITY = ("checkpoint_sha256", "data_sha256")
 
 
-def identity_problem(rows, checkpoint, identity, out):
+def identity_problem(rows, checkpoint, identity, out, retire_hint=""):
     """None if no row of `checkpoint` in `rows` records an identity (IDENTITY fields) other than
     `identity`'s (a field None there, or absent from a row, is not compared), else one line: the
     rows are of another file or other data, and are neither reused nor mixed with new ones."""
@@ -199,7 +199,7 @@ def identity_problem(rows, checkpoint, identity, out):
                         "data_sha256": "scored on other data", "train_flags": "trained with other --train-flags",
                         "train_data_sha256": "trained on other data"}[name]
                 return (f"{out} holds rows of {checkpoint} {what} ({name} {row[name]!r}, now {now!r}): they are "
-                        f"not this run's; move them out of {out}, or give another output")
+                        f"not this run's; move them out of {out}, or give another output{retire_hint}")
     return None
 
 
@@ -224,3 +224,29 @@ def append_new(path, rows):
     new = [json.dumps(r) for r in rows if json.dumps(r, sort_keys=True) not in have]
     if new:
         append_lines(path, new)
+
+
+RETIRED = "retired.jsonl"  # under an OUT: rows taken out of its tables, each with why (--retire)
+
+
+def retire(out, names, checkpoints, why):
+    """Move the rows of `checkpoints` from OUT's row files `names` to OUT/retired.jsonl, each with
+    "retired": why (appended there first, then each file rewritten whole without them: a stop in
+    between leaves a row in both, never in neither). Returns how many rows moved."""
+    from fairseq_alibi.files import written_whole
+
+    moved = 0
+    for name in names:
+        path = os.path.join(out, name)
+        rows = read_rows(path)
+        gone = [r for r in rows if r.get("checkpoint") in checkpoints]
+        if not gone:
+            continue
+        retired = os.path.join(out, RETIRED)
+        held = {json.dumps(r, sort_keys=True) for r in read_rows(retired)}
+        append_lines(retired, [json.dumps(dict(r, retired=why)) for r in gone
+                               if json.dumps(dict(r, retired=why), sort_keys=True) not in held])
+        with written_whole(path) as partial, open(partial, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows if r.get("checkpoint") not in checkpoints)
+        moved += len(gone)
+    return moved

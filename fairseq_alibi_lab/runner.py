@@ -26,12 +26,12 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi import checkpoints, files, provenance  # noqa: E402  (no fairseq or torch import)
 from fairseq_alibi_lab import recipes, result_rows  # noqa: E402
+from fairseq_alibi_lab.result_rows import append_lines, append_new, left_out, read_rows  # noqa: E402
 from fairseq_alibi_lab.experiments import COMMITTED, EXPERIMENTS, declared_updates, names, slug  # noqa: E402
 from fairseq_alibi_lab.kinds import kind_of  # noqa: E402
 from fairseq_alibi_lab.processes import duration, follow, stopped_together  # noqa: E402
 from fairseq_alibi_lab.prepare import SEPARATOR  # noqa: E402  (what prepare --documents writes between articles)
 
-append_lines, append_new, left_out, read_rows = result_rows.append_lines, result_rows.append_new, result_rows.left_out, result_rows.read_rows
 # Label suffix -> the evaluation's --model-overrides.
 DOCUMENT_SCORINGS = {"scored apart": f"{{'document_separator': '{SEPARATOR}'}}",
                      "scored packed": "{'document_separator': None}"}
@@ -78,7 +78,7 @@ class Runner:
         """The checkpoint scored for (model, seed): the last of its training, the one it kept after
         kept_at's updates, or the prepared one it is."""
         if not model.method and not model.shared:
-            return self.prepared(model.start, seed)
+            return self.stages.prepared(model.start, self, seed, False)
         if model.kept_at:
             return self.kept(model, seed)
         return os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
@@ -86,23 +86,16 @@ class Runner:
     def kept(self, model, seed):
         """fairseq's checkpoint_EPOCH_UPDATES.pt after kept_at's updates; where the run is not here,
         the one the results name (the epoch is fairseq's to say)."""
-        save, updates = self.save_dir(model, seed), self.prepared_updates(model.kept_at, seed)
+        save, updates = self.save_dir(model, seed), self.stages.prepared_updates(model.kept_at, self, seed)
         pattern = re.compile(re.escape(os.path.join(save, "checkpoint_")) + rf"\d+_{updates}\.pt")
         found = sorted(os.path.join(save, name) for name in (os.listdir(save) if os.path.isdir(save) else ())
                        if pattern.fullmatch(os.path.join(save, name)))
         named = [r["checkpoint"] for r in read_rows(self.results) if pattern.fullmatch(r.get("checkpoint") or "")]
         return (found or named or [os.path.join(save, f"checkpoint_?_{updates}.pt")])[0]
 
-    def prepared(self, name, seed, make=False):
-        return self.stages.prepared(name, self, seed, make)
-
-    def prepared_updates(self, name, seed):
-        """The training updates of the prepared checkpoint `name` (without making it)."""
-        return self.stages.prepared_updates(name, self, seed)
-
     def training_updates(self, model, seed):
         """The --max-update model's run trains to: the experiment's (+ plus's)."""
-        return self.updates + (self.prepared_updates(model.plus, seed) if model.plus else 0)
+        return self.updates + (self.stages.prepared_updates(model.plus, self, seed) if model.plus else 0)
 
     def model_updates(self, model, seed=None):
         """The updates a scored row of model names: the shared experiment's, the prepared checkpoint's
@@ -110,8 +103,8 @@ class Runner:
         if model.shared:
             return declared_updates(EXPERIMENTS[model.shared[0]], self.length)
         if not model.method:
-            return self.prepared_updates(model.start, seed)
-        return self.prepared_updates(model.kept_at, seed) if model.kept_at else self.training_updates(model, seed)
+            return self.stages.prepared_updates(model.start, self, seed)
+        return self.stages.prepared_updates(model.kept_at, self, seed) if model.kept_at else self.training_updates(model, seed)
 
     def model_seeds(self, model, seeds):
         return [s for s in seeds if not model.seeds or s in model.seeds]
@@ -119,8 +112,8 @@ class Runner:
     def flags(self, model, seed):
         """model's flags, a "{name}" made and replaced by its prepared checkpoint; --finetune-from-model
         its start."""
-        named = [self.prepared(f[1:-1], seed, make=True) if re.fullmatch(r"\{\w+\}", f) else f for f in model.flags]
-        return named + (["--finetune-from-model", self.prepared(model.start, seed, make=True)] if model.start else [])
+        named = [self.stages.prepared(f[1:-1], self, seed, True) if re.fullmatch(r"\{\w+\}", f) else f for f in model.flags]
+        return named + (["--finetune-from-model", self.stages.prepared(model.start, self, seed, True)] if model.start else [])
 
     def take_shared(self):
         """The committed rows of the shared models' runs, relabelled, into OUT (those it lacks); one
@@ -146,7 +139,7 @@ class Runner:
         checkpoint scored. save, updates: a prepared checkpoint's own run (the conversion's teacher),
         else the model's."""
         if not model.method:  # a prepared checkpoint, scored as it is
-            return self.prepared(model.start, seed, make=True)
+            return self.stages.prepared(model.start, self, seed, True)
         save = save or self.save_dir(model, seed)
         updates = updates or self.training_updates(model, seed)
         os.makedirs(save, exist_ok=True)
@@ -287,12 +280,16 @@ class Runner:
         print(f"== {self.name}: {len(self.models)} models x {len(self.seeds)} seeds, {self.experiment.recipe} recipe, "
               f"{self.updates} updates {self.kind.grid(self)} -> {self.out}", flush=True)
         try:
+            if self.args.retire:  # their rows out of the tables, kept with why, before anything is asked of them
+                moved = result_rows.retire(self.out, self.scored_files(), {self.checkpoint(m, s) for m, s in jobs
+                                                                            if not m.shared}, self.args.retire)
+                print(f"    {moved} rows retired to {self.out}/{result_rows.RETIRED}: {self.args.retire}", flush=True)
             orphaned = self.orphaned(jobs)
             if orphaned:
                 raise SystemExit(f"error: {self.out} holds some rows of {', '.join(orphaned)}, scored on checkpoints that are "
                                  "not on this machine: trained again they would be other checkpoint files, whose rows "
-                                 f"cannot join those. Carry the checkpoints ({self.checkpoints}) here to continue, or "
-                                 "give another --out to run them anew")
+                                 f"cannot join those. Carry the checkpoints ({self.checkpoints}) here to continue, "
+                                 "--retire WHY to keep those rows aside and run them anew, or give another --out")
             self.floor()
             self.take_shared()
             if self.args.parallel > 1:

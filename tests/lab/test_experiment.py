@@ -715,7 +715,8 @@ if __name__ == "__main__":
 def test_an_experiment_is_one_file(wt2_slice, tmp_path):
     """CONTRIBUTING's "adding an experiment": one file that declares an experiment (with a stage of
     its own) runs end to end through the runner: trained, scored at each declared length, the floor
-    row, the tables and its own report."""
+    row, the tables and its own report. Then a second checkpoint of the same cell: refused until
+    --retire moves the first one's rows to retired.jsonl with the reason."""
     from conftest import TOY
 
     toy = tmp_path / "toy_experiment.py"
@@ -729,6 +730,23 @@ def test_an_experiment_is_one_file(wt2_slice, tmp_path):
     assert all(r["experiment"] == "toy" and r["updates"] == 4 for r in rows if r["model"] != "unigram")
     assert (out / "toy.md").read_text() == "ALiBi" and "toy report: ALiBi" in printed
     assert (out / "table_valid_stride0.md").exists()
+    # The same cell again on another checkpoint file (retrained, say): its rows are refused, not mixed,
+    # until the old ones are retired explicitly, kept with the reason.
+    checkpoint = tmp_path / "checkpoints" / "alibi-L16-s1" / "checkpoint_last.pt"
+    state = torch.load(checkpoint, weights_only=False)
+    torch.save(dict(state, retrained=True), checkpoint)
+    again = [*map(str, ["python", toy, "toy", "--data", wt2_slice, "--updates", "4", "--out", out, "--checkpoints",
+                        tmp_path / "checkpoints", "--train-flags", " ".join(["--max-tokens", "1024", *TOY])])]
+    refused = subprocess.run(again, cwd=REPO, capture_output=True, text=True)
+    assert refused.returncode == 1 and "scored on another checkpoint file" in refused.stderr and "--retire WHY" in refused.stderr
+    run([*again, "--retire", "the checkpoint was replaced"])
+    retired = [json.loads(line) for line in (out / "retired.jsonl").read_text().splitlines()]
+    assert sorted((r["l_valid"], r["retired"]) for r in retired) == [(16, "the checkpoint was replaced"),
+                                                                     (32, "the checkpoint was replaced")]
+    rescored = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    new_sha = {r["checkpoint_sha256"] for r in rescored if r["model"] != "unigram"}
+    assert len(new_sha) == 1 and new_sha != {r["checkpoint_sha256"] for r in retired}
+    assert sorted(r["l_valid"] for r in rescored if r["model"] != "unigram") == [16, 32]
     # Declared twice (two files, one name): refused when declared, not when run.
     from fairseq_alibi_lab.experiments import Experiment, register
 
