@@ -92,8 +92,11 @@ def main(argv=None):
         print(f"  positions {start:>4}-{min(start + 15, args.length - 1):<4} "
               + " ".join(f"{v:.1f}" for v in by_position[start:start + 16]))
     if args.out:
+        from fairseq_alibi.files import data_fingerprint, fingerprint
+
         checkpoint = identity(args.checkpoint, read_state(args.checkpoint))
-        row = {"label": args.label or checkpoint["model"], **checkpoint, "split": args.split, "length": args.length,
+        row = {"label": args.label or checkpoint["model"], **checkpoint, "checkpoint_sha256": fingerprint(args.checkpoint),
+               "data_sha256": data_fingerprint(args.data, args.split), "split": args.split, "length": args.length,
                "tokens": tokens, **{f"perplexity_{k}": v for k, v in summary.items()},
                "perplexity_by_position": by_position, "wall_s": round(wall, 2),
                "command": "python scripts/by_position.py " + shlex.join(sys.argv[1:] if argv is None else argv),

@@ -12,6 +12,7 @@ once it is decoded; a bucket OUT already holds for this label and checkpoint (at
 not decoded again, so an interrupted scoring continues where it stopped.
 """
 import argparse
+import glob
 import json
 import os
 import sys
@@ -68,6 +69,7 @@ def main():
             continue
         split = "test" if b == 0 else f"test{b}"  # fairseq-preprocess's names for --testpref a,b,...
         task.load_dataset(split)
+        scored = sorted(glob.glob(os.path.join(args.data, f"{split}.*-*.*"))) + sorted(glob.glob(os.path.join(args.data, "dict.*.txt")))
         batches = task.get_batch_iterator(dataset=task.dataset(split), max_tokens=args.max_tokens,
                                           max_positions=None, ignore_invalid_inputs=False).next_epoch_itr(shuffle=False)
         right, total = {}, {}
@@ -86,7 +88,7 @@ def main():
         lines = [json.dumps({"checkpoint": args.checkpoint, "label": args.label, "bucket": name, "n_low": int(low),
                              "n_high": int(high), "task": kind, "examples": total[kind], "exact": right[kind],
                              "accuracy": right[kind] / total[kind], "seed": cfg.common.seed, "updates": updates,
-                             **recorded, **fields})
+                             "data_sha256": fingerprint(*scored), **recorded, **fields})
                  for kind in sorted(total)]
         append_lines(args.out, lines)  # the bucket whole: a stopped scoring leaves no half bucket
         print("\n".join(lines), flush=True)

@@ -250,3 +250,39 @@ def retire(out, names, checkpoints, why):
             f.writelines(json.dumps(r) + "\n" for r in rows if r.get("checkpoint") not in checkpoints)
         moved += len(gone)
     return moved
+
+
+# What a committed model row must record of what it measured (beside results.ROW_IDENTITY): the
+# checkpoint file's fingerprint, the scored data's (a retrieval row: its test prompts' and the
+# training mixture's) and the runner's --train-flags it was trained with. A row scored before a field
+# was recorded, whose checkpoint is not kept, says so instead: "unrecorded" names the fields it cannot
+# have and "unrecorded_why" why (mark_unrecorded); a test holds every committed row to this.
+UNRECORDED_WHY = ("not recorded when it was scored (the field did not exist yet), and its checkpoint is not kept: "
+                  "it cannot be recorded now")
+
+
+def identity_unrecorded(row):
+    """The identity fields a model row lacks (a floor's row: none)."""
+    if row.get("model") in ("unigram", "floor"):
+        return []
+    retrieval = "first_accuracy" in row or "prompts_sha256" in row
+    needed = ("checkpoint_sha256", *(("prompts_sha256", "mixture_sha256") if retrieval else ("data_sha256",)), "train_flags")
+    return [name for name in needed if row.get(name) is None]
+
+
+def mark_unrecorded(path, why=UNRECORDED_WHY):
+    """Rewrite a committed results file (whole) with each row that lacks identity fields marked: its
+    "unrecorded" lists them, "unrecorded_why" says why. Rows already marked, or complete, are kept as
+    they are. Returns how many rows were marked."""
+    from fairseq_alibi.files import written_whole
+
+    rows, marked = read_rows(path), 0
+    for row in rows:
+        lacking = identity_unrecorded(row)
+        if lacking and "unrecorded" not in row:
+            row.update(unrecorded=lacking, unrecorded_why=why)
+            marked += 1
+    if marked:
+        with written_whole(path) as partial, open(partial, "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+    return marked

@@ -54,11 +54,17 @@ ROW_TRAINING = ("recipe", "command")  # one of them at least
 
 
 def identity_missing(row):
-    """The ROW_IDENTITY fields a result row lacks (or holds empty), and ROW_TRAINING's if it has none."""
+    """The ROW_IDENTITY fields a result row lacks (or holds empty), ROW_TRAINING's if it has none, and
+    the identity of what it measured (result_rows.identity_unrecorded) unless marked unrecorded."""
+    from fairseq_alibi_lab.result_rows import identity_unrecorded
+
     floor = row.get("model") in ("unigram", "floor")  # the unigram model, retrieval's floors from the prompts
     missing = [name for name in ROW_IDENTITY if row.get(name) in (None, "") and not (floor and name == "seed")]
     if not floor and not any(row.get(name) for name in ROW_TRAINING):
         missing.append(" or ".join(ROW_TRAINING))
+    lacking, marked = identity_unrecorded(row), row.get("unrecorded") or []
+    missing += [name for name in lacking if name not in marked or not row.get("unrecorded_why")]
+    missing += [f"{name} (marked unrecorded, yet recorded)" for name in marked if name not in lacking]
     return missing
 
 

@@ -54,7 +54,7 @@ def test_the_script_prints_and_appends_the_positions(toy_checkpoint, wt2_slice, 
 
     out = tmp_path / "positions.jsonl"
     printed = run([sys.executable, "scripts/by_position.py", toy_checkpoint, wt2_slice, "--length", "16",
-                   "--limit", "200", "--out", str(out), "--label", "toy", "--fields", '{"experiment": "toy", "recipe": "tiny"}'])
+                   "--limit", "200", "--out", str(out), "--label", "toy", "--fields", '{"experiment": "toy", "recipe": "tiny", "train_flags": ""}'])
     assert "170 tokens at each of 16 positions" in printed and "positions    0-15" in printed
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     model, _, task = load_checkpoint(toy_checkpoint, wt2_slice, kind="causal LM")
