@@ -149,6 +149,31 @@ GPT2_ALIBI = (
     Claim("Continuing the GPT-2 with the recipe's schedule sets it back (imported below continued, at L)", (IMPORTED, 1),
           (CONTINUED, 1), "lower", declared="f35756f", after_data=True),
 )
+# gpt2-alibi again, deconfounded (fairseq_alibi_lab/experiments/gpt2_deconfounded.py): every fine-tune with the
+# schedule gpt2-schedule chooses; declared before any row of either experiment.
+CONTINUED_D, CE_D, DISTILLED_D = ("GPT-2 continued (chosen schedule)", "GPT-2 -> ALiBi, cross entropy (chosen schedule)",
+                                  "GPT-2 -> ALiBi, distillation (chosen schedule)")
+SCRATCH_D = "ALiBi from scratch, GPT-2 layout (1600)"
+GPT2_ALIBI_2 = (
+    Claim("With the chosen schedule the continued GPT-2 is not set back (no worse than imported, at L)",
+          (CONTINUED_D, 1), (IMPORTED, 1), "at most"),
+    Claim("Distillation recovers the conversion better than cross entropy, schedule deconfounded (at L)",
+          (DISTILLED_D, 1), (CE_D, 1), "lower"),
+    Claim("Distillation recovers the conversion better than cross entropy, schedule deconfounded (at 16L)",
+          (DISTILLED_D, 16), (CE_D, 16), "lower"),
+    Claim("The distilled conversion is below the GPT-2 continued as long, schedule deconfounded (at L)",
+          (DISTILLED_D, 1), (CONTINUED_D, 1), "lower"),
+    Claim("Cross entropy's conversion is below the GPT-2 continued as long, schedule deconfounded (at L)",
+          (CE_D, 1), (CONTINUED_D, 1), "lower"),
+    Claim("ALiBi from scratch in the GPT-2's layout for as many updates beats the distilled conversion (at L)",
+          (SCRATCH_D, 1), (DISTILLED_D, 1), "lower"),
+    Claim("ALiBi from scratch in the GPT-2's layout for as many updates beats the distilled conversion (at 16L)",
+          (SCRATCH_D, 16), (DISTILLED_D, 16), "lower"),
+    Claim("The distilled conversion at 16L is below the imported GPT-2 at L (sliding window)",
+          (DISTILLED_D, 16), (IMPORTED, 1), "lower", ("L_valid/2",)),
+    Claim("The distilled conversion uses context past L (16L below L, sliding window)",
+          (DISTILLED_D, 16), (DISTILLED_D, 1), "lower", ("L_valid/2",)),
+)
 # The masked LMs are scored nonoverlapping only.
 LITTLEBIRD = tuple(claim for k, where in ((1, "at L"), (16, "at 16L")) for claim in (
     Claim(f"LittleBird's sparse window costs nothing against the dense BiALiBi encoder ({where})", ("LittleBird", k),
@@ -273,7 +298,7 @@ RETRIEVAL += ALIBI_FAMILY
 SCALE2 = tuple(dataclasses.replace(claim, after_data=claim.declared in ("14acbae", "322d864")) for claim in CLAIMS)
 EXPERIMENT_CLAIMS = {"comparison": CLAIMS, "scale2": SCALE2, "trade": TRADE, "documents": DOCUMENTS, "conversion": CONVERSION, "littlebird": LITTLEBIRD,
                      "littlebird-long": LITTLEBIRD_LONG, "mlm": MLM, "synthetic": SYNTHETIC,
-                     "gpt2-alibi": GPT2_ALIBI, "streaming": STREAMING, "retrieval": RETRIEVAL}
+                     "gpt2-alibi": GPT2_ALIBI, "gpt2-alibi-2": GPT2_ALIBI_2, "streaming": STREAMING, "retrieval": RETRIEVAL}
 SEEDS = 3
 
 

@@ -94,8 +94,8 @@ class Runner:
         return (found or named or [os.path.join(save, f"checkpoint_?_{updates}.pt")])[0]
 
     def training_updates(self, model, seed):
-        """The --max-update model's run trains to: the experiment's (+ plus's)."""
-        return self.updates + (self.stages.prepared_updates(model.plus, self, seed) if model.plus else 0)
+        """The --max-update model's run trains to: its own or the experiment's (+ plus's)."""
+        return (model.updates or self.updates) + (self.stages.prepared_updates(model.plus, self, seed) if model.plus else 0)
 
     def model_updates(self, model, seed=None):
         """The updates a scored row of model names: the shared experiment's, the prepared checkpoint's

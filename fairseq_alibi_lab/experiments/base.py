@@ -37,6 +37,7 @@ class Model:
     # A prepared checkpoint whose updates are added to the training's (ALiBi from scratch for as long
     # as the teacher and its fine-tune together).
     plus: str = ""
+    updates: int = 0  # its training's updates, where not the experiment's (a baseline trained as long as a whole pipeline)
     # A prepared checkpoint: the model is the one its run kept after as many updates as that one's
     # (--save-interval-updates), not the run's last.
     kept_at: str = ""

@@ -1,0 +1,24 @@
+"""The GPT-2 -> ALiBi experiment again, deconfounded (issue 65): gpt2-alibi's fine-tunes warmed back
+up to the recipe's lr 0.003, which alone set the continued GPT-2 back 10%. First gpt2-schedule
+chooses the fine-tune schedule on the continued GPT-2 alone (seed 1), by the rule in its
+description, written before any of its rows; then gpt2-alibi-2 (declared here once the schedule is
+chosen; its claims are in claims.py already) runs the conversion with it, 3 seeds, beside ALiBi
+trained from scratch in the GPT-2's layout for the GPT-2's and its fine-tune's updates together.
+Both share their GPT-2 stand-ins (checkpoints/gpt2-alibi-2)."""
+from fairseq_alibi_lab import gpt2_conversion
+from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register
+
+PEAKS = ("0.001", "0.0003", "0.0001")  # no re-warm-up: the peak from the first update, linear decay to 0
+GPT2_STAGES = Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates)
+
+register("gpt2-schedule", Experiment(
+    "The fine-tune schedule for gpt2-alibi's rerun, chosen on the continued GPT-2 alone (seed 1, scored at L): the "
+    "imported GPT-2 continued for 200 updates with the recipe's schedule (100 warm-up updates back to lr 0.003) and "
+    "with no warm-up from peaks 0.001, 0.0003 and 0.0001, each decaying linearly to 0. Chosen, by a rule written "
+    "before any row: the highest peak whose continued GPT-2 is no worse than the imported GPT-2 at L "
+    "(nonoverlapping), else the lowest peak.",
+    (Model("GPT-2 (imported)", "", start="gpt2", longest=1),
+     Model("GPT-2 continued, recipe schedule", "learned", start="gpt2", longest=1),
+     *(Model(f"GPT-2 continued, peak {peak}, no warm-up", "learned", ("--lr", peak, "--warmup-updates", "0"),
+             start="gpt2", longest=1) for peak in PEAKS)),
+    recipe="gpt2_small", updates=200, seeds=(1,), multiples=(1,), checkpoints="gpt2-alibi-2", stages=GPT2_STAGES))
