@@ -156,23 +156,23 @@ CONTINUED_D, CE_D, DISTILLED_D = ("GPT-2 continued (chosen schedule)", "GPT-2 ->
 SCRATCH_D = "ALiBi from scratch, GPT-2 layout (1600)"
 GPT2_ALIBI_2 = (
     Claim("With the chosen schedule the continued GPT-2 is not set back (no worse than imported, at L)",
-          (CONTINUED_D, 1), (IMPORTED, 1), "at most"),
+          (CONTINUED_D, 1), (IMPORTED, 1), "at most", declared="8c4f3e2"),
     Claim("Distillation recovers the conversion better than cross entropy, schedule deconfounded (at L)",
-          (DISTILLED_D, 1), (CE_D, 1), "lower"),
+          (DISTILLED_D, 1), (CE_D, 1), "lower", declared="8c4f3e2"),
     Claim("Distillation recovers the conversion better than cross entropy, schedule deconfounded (at 16L)",
-          (DISTILLED_D, 16), (CE_D, 16), "lower"),
+          (DISTILLED_D, 16), (CE_D, 16), "lower", declared="8c4f3e2"),
     Claim("The distilled conversion is below the GPT-2 continued as long, schedule deconfounded (at L)",
-          (DISTILLED_D, 1), (CONTINUED_D, 1), "lower"),
+          (DISTILLED_D, 1), (CONTINUED_D, 1), "lower", declared="8c4f3e2"),
     Claim("Cross entropy's conversion is below the GPT-2 continued as long, schedule deconfounded (at L)",
-          (CE_D, 1), (CONTINUED_D, 1), "lower"),
+          (CE_D, 1), (CONTINUED_D, 1), "lower", declared="8c4f3e2"),
     Claim("ALiBi from scratch in the GPT-2's layout for as many updates beats the distilled conversion (at L)",
-          (SCRATCH_D, 1), (DISTILLED_D, 1), "lower"),
+          (SCRATCH_D, 1), (DISTILLED_D, 1), "lower", declared="8c4f3e2"),
     Claim("ALiBi from scratch in the GPT-2's layout for as many updates beats the distilled conversion (at 16L)",
-          (SCRATCH_D, 16), (DISTILLED_D, 16), "lower"),
+          (SCRATCH_D, 16), (DISTILLED_D, 16), "lower", declared="8c4f3e2"),
     Claim("The distilled conversion at 16L is below the imported GPT-2 at L (sliding window)",
-          (DISTILLED_D, 16), (IMPORTED, 1), "lower", ("L_valid/2",)),
+          (DISTILLED_D, 16), (IMPORTED, 1), "lower", ("L_valid/2",), declared="8c4f3e2"),
     Claim("The distilled conversion uses context past L (16L below L, sliding window)",
-          (DISTILLED_D, 16), (DISTILLED_D, 1), "lower", ("L_valid/2",)),
+          (DISTILLED_D, 16), (DISTILLED_D, 1), "lower", ("L_valid/2",), declared="8c4f3e2"),
 )
 # The masked LMs are scored nonoverlapping only.
 LITTLEBIRD = tuple(claim for k, where in ((1, "at L"), (16, "at 16L")) for claim in (
