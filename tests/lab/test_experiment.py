@@ -752,3 +752,22 @@ def test_an_experiment_is_one_file(wt2_slice, tmp_path):
 
     with pytest.raises(ValueError, match="declared twice"):
         register("main", Experiment("again", ()))
+
+
+def test_the_lab_calls_its_stages_as_modules_and_nothing_imports_the_runner_back():
+    """Issue 66's shape, kept: no lab module runs a stage through scripts/ or examples/ by path or an
+    environment variable, none imports a stage by name, and only the runner's command line imports
+    the runner (no import loops the import graph cannot show)."""
+    import glob
+
+    lab = os.path.join(REPO, "fairseq_alibi_lab")
+    for path in glob.glob(os.path.join(lab, "**", "*.py"), recursive=True):
+        text = open(path).read()
+        name = os.path.relpath(path, REPO)
+        assert not re.search(r"os\.path\.join\(\s*\"scripts\"|os\.path\.join\(\s*\"examples\"[^)]*\.(py|sh)\"", text), name
+        assert not re.search(r"import_module\(\s*self\.", text), name
+        assert not re.search(r"env\.update\(|LABEL=|ROW_FIELDS=", text), name
+        if not name.endswith(("experiment_cli.py", "runner.py")):
+            assert not re.search(r"^\s*(from fairseq_alibi_lab import [\w, ]*\brunner\b|from fairseq_alibi_lab\.runner import|"
+                                 r"import fairseq_alibi_lab\.runner)", text, re.M), name
+    assert sum(1 for _ in open(os.path.join(lab, "runner.py"))) < 400
