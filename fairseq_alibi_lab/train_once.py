@@ -4,7 +4,7 @@
 
 The models scripts/train.sh does not know (masked LMs, encoder-decoders) train through this: the
 same lock, "finished" and flag record as train.py (recipes.py), then the command under
-scripts/measure.py (wall time and peak memory to SAVE_DIR/resources.jsonl), its output appended to
+fairseq_alibi_lab/measure.py (wall time and peak memory to SAVE_DIR/resources.jsonl), its output appended to
 SAVE_DIR/train.log and its progress lines shown. Stopped (SIGTERM, Ctrl-C), it stops the command
 first, so that no trainer runs on unseen.
 """
@@ -19,7 +19,6 @@ from fairseq_alibi.flags import last_value
 from fairseq_alibi_lab import recipes
 
 USAGE = "usage: scripts/train_once.sh SAVE_DIR NAME -- fairseq-train ..."
-MEASURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "measure.py")
 SHOWN = re.compile(r"train_inner|valid on|done training|error")  # the log lines worth a screen
 
 
@@ -63,7 +62,8 @@ def main(argv=None, environ=os.environ):
         fail(problem)
     print(f"== training {name} -> {save}", flush=True)
     log_path = os.path.join(save, "train.log")
-    training = subprocess.Popen([sys.executable, MEASURE, os.path.join(save, "resources.jsonl"), "--", *command],
+    training = subprocess.Popen([sys.executable, "-m", "fairseq_alibi_lab.measure", os.path.join(save, "resources.jsonl"), "--",
+                                 *command],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, pass_fds=(lock,))
     stopped = []
 
