@@ -4,7 +4,7 @@ setup(
     name="fairseq-alibi",
     version="0.1.0",
     description="ALiBi (Train Short, Test Long) as a fairseq plugin",
-    packages=find_packages(include=["fairseq_alibi", "fairseq_alibi.*", "fairseq_alibi_lab"]),  # the library, the lab
+    packages=find_packages(include=["fairseq_alibi", "fairseq_alibi.*", "fairseq_alibi_lab", "fairseq_alibi_lab.*"]),  # the library, the lab
     python_requires=">=3.10",  # torch 2.13.0, the pinned CPU wheel, has none older
     install_requires=[
         # torch 2.13.0 is what CI and the README install first; any torch 2.x that fairseq accepts works.
