@@ -652,7 +652,7 @@ def main(argv=None):
         make(args.out, args.source, args.length, args.fraction, args.seed, args.examples)
     else:
         from fairseq_alibi_lab.result_rows import require_appendable
-        from fairseq_alibi.provenance import row_fields
+        from fairseq_alibi_lab.result_rows import row_fields
 
         require_appendable(args.out)
         fields = row_fields(args.fields)

@@ -85,7 +85,7 @@ def test_retrieval_rows_of_other_prompts_and_scalings_a_model_lacks_are_refused(
 # ---- class 4: measured fields are the scorer's; NaN is an error ----
 
 def test_fields_may_not_replace_what_a_row_measures():
-    from fairseq_alibi.provenance import row_fields
+    from fairseq_alibi_lab.result_rows import row_fields
 
     assert row_fields('{"experiment": "x", "note": "mine"}') == {"experiment": "x", "note": "mine"}
     for measured in ("perplexity", "sinks", "accuracy", "checkpoint", "prompts_sha256"):
