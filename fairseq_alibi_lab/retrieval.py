@@ -651,8 +651,7 @@ def main(argv=None):
             p.error(f"--examples must be at least 1, got {args.examples}")
         make(args.out, args.source, args.length, args.fraction, args.seed, args.examples)
     else:
-        from fairseq_alibi_lab.result_rows import require_appendable
-        from fairseq_alibi_lab.result_rows import row_fields
+        from fairseq_alibi_lab.result_rows import require_appendable, row_fields
 
         require_appendable(args.out)
         fields = row_fields(args.fields)
