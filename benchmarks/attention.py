@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from provenance import emit, header  # noqa: E402
-from fairseq_alibi.alibi import alibi_mask, alibi_slopes  # noqa: E402
+from fairseq_alibi.alibi_bias import alibi_mask, alibi_slopes  # noqa: E402
 from fairseq_alibi.kernels import BLOCK  # noqa: E402
 from fairseq_alibi.kernels import BlockedAlibiAttention  # noqa: E402
 

@@ -56,7 +56,7 @@ TOKENS = 4096  # tokens per training batch (--max-tokens of the CPU recipe)
 
 def build(mode, arch, device, dtype, vocab=None):
     from fairseq_alibi.twins import SMALL_TWIN_FLAGS
-    from fairseq_alibi.build import build_model  # fairseq's import, the first time
+    from fairseq_alibi.models.build import build_model  # fairseq's import, the first time
 
     if mode == "sinusoidal":
         flags = SMALL_TWIN_FLAGS.split()[2:] if arch == "small" else []

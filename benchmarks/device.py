@@ -35,7 +35,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from fairseq_alibi.files import written_whole  # noqa: E402
+from fairseq_alibi.tools.files import written_whole  # noqa: E402
 
 # Seconds each step may take on an H100, in the order they run; the call's budget, BUDGET, caps
 # them all together (a step gets what is left if that is less).

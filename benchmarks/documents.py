@@ -46,7 +46,7 @@ def stream(data, split):
 
 
 def build(method, dictionary, documents, kernel="auto", arch="small"):
-    from fairseq_alibi.build import build_model
+    from fairseq_alibi.models.build import build_model
 
     flags = ["--alibi-attention", kernel] if method == "alibi" else []
     torch.manual_seed(0)  # the same weights with and without the option

@@ -34,7 +34,7 @@ VALID = os.path.join(os.path.dirname(HERE), "..", "shared", "data", "wikitext-2"
 def fairseq_reference(checkpoint, text, lengths):
     """fairseq's ids of the text (line by line, each ended by </s>), its log-probabilities of
     [</s>] + the first LENGTH - 1 ids, and its greedy continuation of a 16-token prompt."""
-    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.models.build import load_checkpoint
 
     model, _, task = load_checkpoint(checkpoint, os.path.dirname(checkpoint), kind="causal LM")
     model.eval()

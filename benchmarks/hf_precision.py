@@ -54,8 +54,8 @@ def main():
     parser.add_argument("--out", default=os.path.join(HERE, "hf-precision.md"))
     args = parser.parse_args()
 
-    from fairseq_alibi import provenance
-    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.tools import provenance
+    from fairseq_alibi.models.build import load_checkpoint
     from fairseq_alibi.hf.export import bloom_layout_problem, bloom_model_of, hf_model_of
 
     started = time.time()

@@ -27,11 +27,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from provenance import append_row, emit, header  # noqa: E402
-from fairseq_alibi.attention import attention_bias  # noqa: E402
+from fairseq_alibi.models.attention import attention_bias  # noqa: E402
 from fairseq_alibi.kernels import KERNELS, choose_kernel  # noqa: E402
 from fairseq_alibi.kernels.sdpa import masked_attention  # noqa: E402
 from fairseq_alibi.positions import METHODS  # noqa: E402
-from fairseq_alibi.positions.base import build_method  # noqa: E402
+from fairseq_alibi.positions.position_method import build_method  # noqa: E402
 
 BIASED = ("alibi", "learned_alibi", "kerple", "fire", "t5_bias", "sandwich")
 

@@ -41,7 +41,7 @@ def child(name, length, mode, repeats):
     import torch
 
     import fairseq_alibi.plugin  # noqa: F401
-    from fairseq_alibi.build import build_model
+    from fairseq_alibi.models.build import build_model
 
     arch, flags = ENCODERS[name]
     model, dictionary = build_model(arch, 1000, flags, task="masked_lm")

@@ -9,8 +9,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The package's definition of commit and machine (no fairseq import).
-from fairseq_alibi.files import written_whole  # noqa: E402
-from fairseq_alibi.provenance import commit, machine  # noqa: E402
+from fairseq_alibi.tools.files import written_whole  # noqa: E402
+from fairseq_alibi.tools.provenance import commit, machine  # noqa: E402
 
 
 def header(details, device="cpu"):

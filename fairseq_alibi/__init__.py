@@ -6,13 +6,14 @@ scaling), bidirectional ALiBi for encoders and LittleBird.
 Use with `fairseq-train --user-dir fairseq_alibi --arch alibi_transformer_lm_small ...`
 (or <method>_transformer_lm_small for every method of positions/; alibi_roberta_small for a
 masked LM, littlebird_roberta_small for LittleBird's linear-memory one, alibi_transformer_small
-for an encoder-decoder). Each position method is one file of positions/ (the encoder's:
-bidirectional/), built and checked by factory.py, and reaches attention through
-attention.attention_bias; the math (alibi.py, rotary.py, t5_bias.py, bidirectional/,
-littlebird.py, kernels/, positions/) needs only torch; decoder.py and encoder.py are the fairseq
-models, registered by plugin.py. The criterion `lm_distillation` (distillation_criterion.py; its
-math in distillation.py) fine-tunes a model converted to ALiBi (convert_checkpoint.py
---replace-positions) against the original.
+for an encoder-decoder). The layers: the math, pure torch (alibi_bias.py, rotary_angles.py,
+t5_buckets.py, documents.py, littlebird.py, distillation.py; one file per method in positions/, per
+encoder variant in bidirectional/, per kernel in kernels/); fairseq's side in models/ (factory.py
+builds and checks a model's position method and kernel once; attention.py, decoder.py, encoder.py,
+littlebird_roberta.py and the criterion `lm_distillation`, distillation_criterion.py), registered by
+plugin.py; the command-line tools and what they share with the lab in tools/ (cli.py,
+convert_checkpoint.py: --replace-positions gives a model ALiBi; the one checkpoint and flag readers,
+whole-file writes, provenance).
 
 Importing the package imports no fairseq; fairseq's --user-dir imports it after fairseq, and then
 it registers the models (elsewhere: `import fairseq_alibi.plugin`).
@@ -20,4 +21,4 @@ it registers the models (elsewhere: `import fairseq_alibi.plugin`).
 import sys
 
 if "fairseq" in sys.modules:  # fairseq-train --user-dir fairseq_alibi, and any code that imported fairseq first
-    from . import plugin  # noqa: F401
+    from fairseq_alibi import plugin  # noqa: F401

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .bidirectional import EncoderAlibi
+from fairseq_alibi.bidirectional import EncoderAlibi
 
 # Block size and pack length: 64 and 64, the public implementation's example, taken as the
 # paper's setting (its text could not be checked offline).

@@ -3,7 +3,7 @@
 import dataclasses
 
 from fairseq_alibi.positions import METHODS
-from fairseq_alibi.positions.base import flag
+from fairseq_alibi.positions.position_method import flag
 
 # --arch <method>_transformer_lm[_small|_wiki103]; scripts/train.sh METHOD.
 CAUSAL_METHODS = tuple(METHODS)

@@ -2,7 +2,7 @@
 sinusoidal and learned-position twins the experiments compare with): plain strings, importable
 without torch or fairseq (scripts/train.sh, the experiment runner, the tests)."""
 
-# alibi_transformer_small's dimensions (encoder.py), and the stock fairseq flags that give them
+# alibi_transformer_small's dimensions (models/encoder.py), and the stock fairseq flags that give them
 # with sinusoidal positions: the encoder-decoder twin of the synthetic experiment.
 TRANSLATION_SMALL_DIMS = {"layers": 3, "embed_dim": 128, "ffn_embed_dim": 512, "attention_heads": 8}
 TRANSLATION_TWIN_FLAGS = "--arch transformer " + " ".join(

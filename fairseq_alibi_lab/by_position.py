@@ -65,9 +65,9 @@ def main(argv=None):
     if args.limit is not None and args.limit < 2 * args.length - 1:
         p.error(f"--limit {args.limit}: at least 2 x --length - 1 = {2 * args.length - 1} tokens are needed")
 
-    from fairseq_alibi import provenance
-    from fairseq_alibi.build import load_checkpoint
-    from fairseq_alibi.checkpoints import identity, read_state
+    from fairseq_alibi.tools import provenance
+    from fairseq_alibi.models.build import load_checkpoint
+    from fairseq_alibi.tools.checkpoints import identity, read_state
     from fairseq_alibi_lab.result_rows import append_lines, require_appendable, row_fields
 
     fields = row_fields(args.fields)
@@ -92,7 +92,7 @@ def main(argv=None):
         print(f"  positions {start:>4}-{min(start + 15, args.length - 1):<4} "
               + " ".join(f"{v:.1f}" for v in by_position[start:start + 16]))
     if args.out:
-        from fairseq_alibi.files import data_fingerprint, fingerprint
+        from fairseq_alibi.tools.files import data_fingerprint, fingerprint
 
         checkpoint = identity(args.checkpoint, read_state(args.checkpoint))
         row = {"label": args.label or checkpoint["model"], **checkpoint, "checkpoint_sha256": fingerprint(args.checkpoint),

@@ -20,8 +20,8 @@ import re
 import subprocess
 import sys
 
-from fairseq_alibi import checkpoints
-from fairseq_alibi.files import written_whole
+from fairseq_alibi.tools import checkpoints
+from fairseq_alibi.tools.files import written_whole
 from fairseq_alibi_lab import recipes
 from fairseq_alibi_lab.gpt2_conversion import run
 from fairseq_alibi_lab.results import cell, mean_std, per_run, pyplot, read_json_lines
@@ -66,7 +66,7 @@ def checkpoint(name, runner, seed, make=False):
                 print(f"    training the sinusoidal teacher (seed {TEACHER_SEED}, {updates} updates) -> {teacher_dir}", flush=True)
                 runner.train(Model("Sinusoidal teacher", "sinusoidal"), TEACHER_SEED, save=teacher_dir, updates=updates)
             if name == "converted" and not os.path.exists(converted):
-                run([sys.executable, "-m", "fairseq_alibi.convert_checkpoint", "--replace-positions", teacher, converted])
+                run([sys.executable, "-m", "fairseq_alibi.tools.convert_checkpoint", "--replace-positions", teacher, converted])
     return wanted[name]
 
 

@@ -47,9 +47,10 @@ def main():
     p.add_argument("--max-tokens", type=int, default=16384, help="tokens per batch")
     p.add_argument("--fields", default="{}", help="a JSON object of fields added to each row")
     args = p.parse_args()
-    from fairseq_alibi import files, provenance
+    from fairseq_alibi.tools import files
+    from fairseq_alibi.tools import provenance
     from fairseq_alibi_lab import result_rows
-    from fairseq_alibi.checkpoints import checkpoint_summary as summary
+    from fairseq_alibi.tools.checkpoints import checkpoint_summary as summary
     fields = result_rows.row_fields(args.fields)
 
     lengths = args.lengths.split()
@@ -68,7 +69,7 @@ def main():
 
     import fairseq_alibi.plugin  # noqa: F401  (registers the models)
     from fairseq.data import data_utils
-    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.models.build import load_checkpoint
 
     model, cfg, task = load_checkpoint(args.checkpoint, args.data, kind="masked LM")
     dictionary = task.source_dictionary

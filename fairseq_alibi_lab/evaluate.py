@@ -33,7 +33,7 @@ import time
 import traceback
 
 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from fairseq_alibi import checkpoints, dictionaries, files, provenance  # noqa: E402  (results rows, stride rules; no fairseq)
+from fairseq_alibi.tools import checkpoints, dictionaries, files, provenance  # noqa: E402  (results rows, stride rules; no fairseq)
 from fairseq_alibi_lab import result_rows  # noqa: E402
 from fairseq_alibi.methods import SCALINGS  # noqa: E402  (the registry's; no fairseq import)
 
@@ -71,7 +71,7 @@ def trained(checkpoint, user_overrides):
     # The paper's fork saves ALiBi models as transformer_lm: scored as they are, they are sinusoidal.
     if "max_tokens" in model:
         fail(f"{checkpoint} is a checkpoint of the paper's fork, which fairseq would score as sinusoidal: convert "
-             f"it first with python -m fairseq_alibi.convert_checkpoint {checkpoint} NEW.pt")
+             f"it first with python -m fairseq_alibi.tools.convert_checkpoint {checkpoint} NEW.pt")
     name = model["_name"]
     method = name.split("_transformer_lm")[0]
     seed = (cfg.get("common") or {}).get("seed")
@@ -94,7 +94,7 @@ def check_scalings(checkpoint, name, has_scaling, scalings):
                  f"or {SCALINGS[method][-1]}")
         if not has_scaling:  # fairseq silently ignores --model-overrides of fields a config lacks
             if method == "alibi":
-                fail(f"{checkpoint} predates ALiBi scaling: add it with python -m fairseq_alibi.convert_checkpoint "
+                fail(f"{checkpoint} predates ALiBi scaling: add it with python -m fairseq_alibi.tools.convert_checkpoint "
                      f"{checkpoint} NEW.pt")
             fail(f"{checkpoint} predates rotary scaling (no rotary_scaling in its config): retrain it with this version")
 

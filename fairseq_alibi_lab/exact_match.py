@@ -31,7 +31,7 @@ def main():
     for path in (args.checkpoint, args.buckets):
         if not os.path.isfile(path):
             raise SystemExit(f"error: no file {path}")
-    from fairseq_alibi import provenance
+    from fairseq_alibi.tools import provenance
     from fairseq_alibi_lab.result_rows import append_lines, read_rows, require_appendable, row_fields
 
     require_appendable(args.out)
@@ -47,9 +47,9 @@ def main():
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
 
     import fairseq_alibi.plugin  # noqa: F401  (registers the models)
-    from fairseq_alibi import provenance
-    from fairseq_alibi.build import load_checkpoint
-    from fairseq_alibi.checkpoints import checkpoint_summary
+    from fairseq_alibi.tools import provenance
+    from fairseq_alibi.models.build import load_checkpoint
+    from fairseq_alibi.tools.checkpoints import checkpoint_summary
 
     model, cfg, task = load_checkpoint(args.checkpoint, args.data, kind="encoder-decoder")
     with open(args.buckets) as f:
@@ -60,7 +60,7 @@ def main():
     cfg.generation.max_len_a, cfg.generation.max_len_b = 1.2, 10  # answers are at most n + 1 digits
     generator = task.build_generator([model], cfg.generation)
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
-    from fairseq_alibi.files import fingerprint
+    from fairseq_alibi.tools.files import fingerprint
 
     recorded = {"checkpoint_sha256": fingerprint(args.checkpoint), "commit": provenance.commit(),
                 "machine": provenance.machine()}

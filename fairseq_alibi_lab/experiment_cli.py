@@ -7,7 +7,7 @@ import re
 import shlex
 import signal
 
-from fairseq_alibi import files
+from fairseq_alibi.tools import files
 from fairseq_alibi_lab import recipes, runner
 from fairseq_alibi_lab.experiments import EXPERIMENTS, names
 

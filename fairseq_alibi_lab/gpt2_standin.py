@@ -59,8 +59,8 @@ def main(argv=None):
     from fairseq.data import Dictionary  # after that check: fairseq and transformers take seconds to import
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from fairseq_alibi import provenance
-    from fairseq_alibi.files import written_whole
+    from fairseq_alibi.tools import provenance
+    from fairseq_alibi.tools.files import written_whole
     from fairseq_alibi.hf.tokenizer import word_level_tokenizer
 
     dictionary = Dictionary.load(os.path.join(args.data, "dict.txt"))

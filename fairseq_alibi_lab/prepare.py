@@ -16,7 +16,7 @@ import tarfile
 import tempfile
 import zipfile
 
-from fairseq_alibi.files import written_whole
+from fairseq_alibi.tools.files import written_whole
 
 USAGE = "usage: scripts/prepare-wikitext.sh [--documents] 103|2 [SOURCE]"
 FILES = ("wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens")

@@ -4,7 +4,7 @@ train_once.py) and the experiment runner, so none copies them. Plain Python (tor
 checkpoint); no fairseq.
 """
 
-from fairseq_alibi.checkpoints import checkpoint_summary  # the library's checkpoint reader (torch on use)
+from fairseq_alibi.tools.checkpoints import checkpoint_summary  # the library's checkpoint reader (torch on use)
 
 # CPU scale on WikiText-2, tuned for the most model in minutes on 2 cores
 # (examples/wikitext2/results/PROVENANCE.md): Adam, lr 0.003 after 100 warmup updates, decaying
@@ -68,7 +68,7 @@ def synthetic(updates=2400):
             "--max-target-positions", "1024")
 
 
-# The recipes by name, and what each trains (a KINDS value of fairseq_alibi/checkpoints.py).
+# The recipes by name, and what each trains (a KINDS value of fairseq_alibi/tools/checkpoints.py).
 RECIPE_KIND = {"small": "causal LM", "bloom_small": "causal LM", "gpt2_small": "causal LM", "wiki103": "causal LM", "masked_lm": "masked LM", "synthetic": "encoder-decoder"}
 RECIPES = tuple(RECIPE_KIND)
 
@@ -92,7 +92,7 @@ def recipe(preset, length, workers=1, updates=None):
 
 def last_value(flags, name, default=None):
     """The value of the last `name` in flags (fairseq's argparse: the last one given wins)."""
-    from fairseq_alibi.flags import last_value as value
+    from fairseq_alibi.tools.flags import last_value as value
 
     return value(flags, name, default)
 
@@ -123,7 +123,7 @@ def with_training_data(flags, data):
     (none where DATA has no train split of its own: a translation task's is per language)."""
     import os
 
-    from fairseq_alibi.files import data_fingerprint
+    from fairseq_alibi.tools.files import data_fingerprint
 
     if not data or not os.path.isfile(os.path.join(data, "train.idx")):
         return list(flags)
@@ -146,7 +146,7 @@ def recorded_training_data(save_dir):
 def flag_values(flags):
     """{flag: the value the run gets} of a fairseq-train argument list (flags.flag_values), less
     the bookkeeping flags."""
-    from fairseq_alibi.flags import flag_values as values
+    from fairseq_alibi.tools.flags import flag_values as values
 
     return {flag: value for flag, value in values(flags).items() if flag not in BOOKKEEPING}
 
@@ -155,7 +155,7 @@ def record_flags(save_dir, flags):
     """Keep what a new run is started with (written whole or not at all)."""
     import json
     import os
-    from fairseq_alibi.files import written_whole
+    from fairseq_alibi.tools.files import written_whole
     with written_whole(os.path.join(save_dir, RUN_FLAGS)) as path, open(path, "w") as f:
         json.dump(flag_values(flags), f, indent=0, sort_keys=True)
 

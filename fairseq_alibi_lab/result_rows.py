@@ -233,7 +233,7 @@ def retire(out, names, checkpoints, why):
     """Move the rows of `checkpoints` from OUT's row files `names` to OUT/retired.jsonl, each with
     "retired": why (appended there first, then each file rewritten whole without them: a stop in
     between leaves a row in both, never in neither). Returns how many rows moved."""
-    from fairseq_alibi.files import written_whole
+    from fairseq_alibi.tools.files import written_whole
 
     moved = 0
     for name in names:
@@ -274,7 +274,7 @@ def mark_unrecorded(path, why=UNRECORDED_WHY):
     """Rewrite a committed results file (whole) with each row that lacks identity fields marked: its
     "unrecorded" lists them, "unrecorded_why" says why. Rows already marked, or complete, are kept as
     they are. Returns how many rows were marked."""
-    from fairseq_alibi.files import written_whole
+    from fairseq_alibi.tools.files import written_whole
 
     rows, marked = read_rows(path), 0
     for row in rows:

@@ -18,7 +18,7 @@ import math
 import os
 from collections import defaultdict
 
-from fairseq_alibi.files import one_line_on_disk_faults, written_whole
+from fairseq_alibi.tools.files import one_line_on_disk_faults, written_whole
 
 
 # Row labels in the paper's order (Tables 2-4), then the methods added since, then the

@@ -28,7 +28,7 @@ import os
 import random
 import sys
 
-from fairseq_alibi.files import one_line_on_disk_faults
+from fairseq_alibi.tools.files import one_line_on_disk_faults
 
 TASKS = ("passkey", "multikey", "kvlookup")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -99,7 +99,7 @@ def read_words(path):
 
 
 def make(out, source, length, fraction, seed, examples):
-    from fairseq_alibi.files import folder_written_whole, new_folder_problem
+    from fairseq_alibi.tools.files import folder_written_whole, new_folder_problem
 
     problem = new_folder_problem(out)
     if problem:
@@ -165,11 +165,11 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
     the training length only."""
     import torch
 
-    from fairseq_alibi import provenance
-    from fairseq_alibi.build import load_checkpoint
-    from fairseq_alibi.checkpoints import field, identity, model_and_task, read_state
+    from fairseq_alibi.tools import provenance
+    from fairseq_alibi.models.build import load_checkpoint
+    from fairseq_alibi.tools.checkpoints import field, identity, model_and_task, read_state
     from fairseq_alibi_lab.evaluate import check_scalings
-    from fairseq_alibi.files import data_fingerprint, fingerprint
+    from fairseq_alibi.tools.files import data_fingerprint, fingerprint
     from fairseq_alibi_lab.result_rows import append_lines, read_rows
     from fairseq_alibi.hf.export import hf_model_of
 
@@ -336,7 +336,7 @@ def score_model(runner, model, seed, checkpoint):
 def write_floors(runner):
     """OUT/floors.jsonl from the test prompts, once (the runner calls it with its unigram floor); floors
     of other prompts there are refused, not mixed."""
-    from fairseq_alibi.files import fingerprint
+    from fairseq_alibi.tools.files import fingerprint
     from fairseq_alibi_lab.result_rows import read_rows
 
     path, tests = os.path.join(runner.out, FLOOR_ROWS), tests_of(runner.data)
@@ -351,7 +351,7 @@ def write_floors(runner):
 
 def save_floors(tests, path):
     """floor_rows(tests) written whole to path."""
-    from fairseq_alibi.files import written_whole
+    from fairseq_alibi.tools.files import written_whole
 
     rows = floor_rows(tests)
     with written_whole(path) as partial, open(partial, "w") as f:
@@ -417,8 +417,8 @@ def answerers(task, words):
 def floor_rows(tests_path):
     """The floors' rows of a test.jsonl: per floor and (task, length, depth), its exact-match and
     first-word accuracy (means over the prompts) and the asked needles' distance from the question."""
-    from fairseq_alibi import provenance
-    from fairseq_alibi.files import fingerprint
+    from fairseq_alibi.tools import provenance
+    from fairseq_alibi.tools.files import fingerprint
 
     tests = read_tests(tests_path)
     groups = {}
@@ -511,7 +511,7 @@ def report(rows, out):
     models' validation perplexity at L (what the mixture costs them as language models); then the
     same for the key's first word alone. And OUT/retrieval_<task>.png (exact match) and
     retrieval_<task>_first.png: accuracy by depth and length, one panel per model, mean over the seeds."""
-    from fairseq_alibi.files import written_whole
+    from fairseq_alibi.tools.files import written_whole
     from fairseq_alibi_lab.result_rows import read_rows
     from fairseq_alibi_lab.results import mean_std, method_name
 
@@ -573,7 +573,7 @@ def report(rows, out):
 
 
 def heatmaps(scored, out, metric, suffix):
-    from fairseq_alibi.files import written_whole
+    from fairseq_alibi.tools.files import written_whole
     from fairseq_alibi_lab.results import method_name, pyplot
 
     plt = pyplot()

@@ -24,7 +24,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from fairseq_alibi import checkpoints, files, provenance  # noqa: E402  (no fairseq or torch import)
+from fairseq_alibi.tools import checkpoints, files, provenance  # noqa: E402  (no fairseq or torch import)
 from fairseq_alibi_lab import recipes, result_rows  # noqa: E402
 from fairseq_alibi_lab.result_rows import append_lines, append_new, left_out, read_rows  # noqa: E402
 from fairseq_alibi_lab.experiments import COMMITTED, EXPERIMENTS, declared_updates, names, slug  # noqa: E402

@@ -78,16 +78,16 @@ def main(argv=None):
     for sinks in args.sinks:
         if not 0 <= sinks < args.cache:
             p.error(f"--sinks {sinks}: each must be at least 0 and below --cache {args.cache} (the window needs a slot)")
-    from fairseq_alibi.files import data_fingerprint, fingerprint
+    from fairseq_alibi.tools.files import data_fingerprint, fingerprint
     from fairseq_alibi_lab.result_rows import append_lines, require_appendable, row_fields
 
     require_appendable(args.out)
 
     import torch
 
-    from fairseq_alibi import provenance
-    from fairseq_alibi.build import load_checkpoint
-    from fairseq_alibi.checkpoints import identity, read_state
+    from fairseq_alibi.tools import provenance
+    from fairseq_alibi.models.build import load_checkpoint
+    from fairseq_alibi.tools.checkpoints import identity, read_state
     from fairseq_alibi.hf.export import hf_model_of
 
     fields = row_fields(args.fields)
@@ -140,7 +140,7 @@ def score_model(runner, model, seed, checkpoint):
     of its own (the runner imports no fairseq); True if it scored anything."""
     import subprocess
 
-    from fairseq_alibi.files import data_fingerprint
+    from fairseq_alibi.tools.files import data_fingerprint
     from fairseq_alibi_lab.result_rows import read_rows
 
     if not streams(model.method):
@@ -191,7 +191,7 @@ def report(rows, out):
     with the exact sliding window (stride 1: every token after the L - 1 before it, recomputed), then
     streamed through a cache of L keys with 0, 1 and 4 sinks, mean ± std over the seeds (n), and the
     stream's tokens/s; then the streams of the other splits (no blocks scored there)."""
-    from fairseq_alibi.files import written_whole
+    from fairseq_alibi.tools.files import written_whole
     from fairseq_alibi_lab.result_rows import read_rows
     from fairseq_alibi_lab.results import cell, per_run
 

@@ -6,15 +6,16 @@
 written; a refusal is one line. fairseq-train then runs (in this process, unless the job has
 several: fairseq_train), SAVE_DIR/.train.lock held for its lifetime; when it ends, the data's
 dictionary fingerprint goes into every checkpoint that does not record it in its config (a stock
-twin's: fairseq_alibi/dictionaries.py record).
+twin's: fairseq_alibi/tools/dictionaries.py record).
 """
 import os
 import subprocess
 import sys
 import traceback
 
-from fairseq_alibi import dictionaries, mistakes
-from fairseq_alibi.flags import last_value
+from fairseq_alibi.tools import dictionaries
+from fairseq_alibi.tools import mistakes
+from fairseq_alibi.tools.flags import last_value
 from fairseq_alibi_lab import recipes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

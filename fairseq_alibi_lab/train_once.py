@@ -14,8 +14,9 @@ import signal
 import subprocess
 import sys
 
-from fairseq_alibi import dictionaries, mistakes
-from fairseq_alibi.flags import last_value
+from fairseq_alibi.tools import dictionaries
+from fairseq_alibi.tools import mistakes
+from fairseq_alibi.tools.flags import last_value
 from fairseq_alibi_lab import recipes
 
 USAGE = "usage: scripts/train_once.sh SAVE_DIR NAME -- fairseq-train ..."

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from fairseq_alibi import provenance
+from fairseq_alibi.tools import provenance
 from fairseq_alibi_lab import result_rows  # results rows: read, keyed, appended; no fairseq
 
 LABEL = "Unigram (add-one)"

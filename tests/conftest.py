@@ -43,7 +43,7 @@ def find_wikitext2():
 
 def build_model(arch="alibi_transformer_lm", vocab=50, extra=(), task="language_modeling"):
     """An untrained model in eval mode, built through fairseq's own argument parsing."""
-    from fairseq_alibi.build import build_model as build
+    from fairseq_alibi.models.build import build_model as build
 
     model, dictionary = build(arch, vocab, extra, task)
     return model.eval(), dictionary

@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from fairseq_alibi.alibi import alibi_slopes
+from fairseq_alibi.alibi_bias import alibi_slopes
 
 
 def naive_rotate(u, position, base=10000.0):

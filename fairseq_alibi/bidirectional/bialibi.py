@@ -7,8 +7,8 @@ index 0, so inputs must not be left-padded."""
 import torch
 from torch import Tensor, nn
 
-from ..positions import per_head
-from .base import LearnedSlopes, register
+from fairseq_alibi.positions import per_head
+from fairseq_alibi.bidirectional.encoder_alibi import LearnedSlopes, register
 
 
 @register("bialibi")

@@ -4,8 +4,8 @@ both halves (fork issue #5 option 2). H even."""
 import torch
 from torch import Tensor
 
-from ..alibi import alibi_slopes
-from .base import EncoderAlibi, one_sided_bias, register
+from fairseq_alibi.alibi_bias import alibi_slopes
+from fairseq_alibi.bidirectional.encoder_alibi import EncoderAlibi, one_sided_bias, register
 
 
 @register("one_sided")

@@ -2,8 +2,8 @@
 of distance back, which breaks the symmetry at no cost in parameters."""
 from torch import Tensor
 
-from ..positions import per_head
-from .base import EncoderAlibi, register, two_sided_bias
+from fairseq_alibi.positions import per_head
+from fairseq_alibi.bidirectional.encoder_alibi import EncoderAlibi, register, two_sided_bias
 
 
 @register("ruoss")

@@ -2,7 +2,7 @@
 direction: every layer commutes with reversing the input."""
 from torch import Tensor
 
-from .base import EncoderAlibi, register, two_sided_bias
+from fairseq_alibi.bidirectional.encoder_alibi import EncoderAlibi, register, two_sided_bias
 
 
 @register("symmetric")

@@ -1,6 +1,6 @@
 """The exported model's one self-contained modeling file, as Hugging Face's remote code wants it
 (transformers copies only flat relative imports beside a modeling file): the position math of
-this package (alibi.py, rotary.py, t5_bias.py, positions/) and hf/modeling_fairseq_alibi.py, in
+this package (alibi_bias.py, rotary_angles.py, t5_buckets.py, positions/) and hf/modeling_fairseq_alibi.py, in
 that order, each without its imports of this package. Nothing is rewritten by hand: the exported
 model runs the same source the plugin runs."""
 import ast
@@ -13,17 +13,17 @@ FILE_NAME = os.path.basename(MODELING)
 
 
 def sources():
-    """The files to bundle, dependencies first: the math modules, positions/base.py, each
+    """The files to bundle, dependencies first: the math modules, positions/position_method.py, each
     registered method's file, then the model."""
-    from ..positions import METHODS
+    from fairseq_alibi.positions import METHODS
 
     methods = []
     for cls in METHODS.values():
         path = inspect.getsourcefile(cls)
         if path not in methods:
             methods.append(path)
-    math = [os.path.join(PACKAGE, name) for name in ("alibi.py", "rotary.py", "t5_bias.py")]
-    return [*math, os.path.join(PACKAGE, "positions", "base.py"), *methods, MODELING]
+    math = [os.path.join(PACKAGE, name) for name in ("alibi_bias.py", "rotary_angles.py", "t5_buckets.py")]
+    return [*math, os.path.join(PACKAGE, "positions", "position_method.py"), *methods, MODELING]
 
 
 def own_imports(tree):

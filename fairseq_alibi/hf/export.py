@@ -19,10 +19,10 @@ import sys
 
 import torch
 
-from ..checkpoints import field, model_and_task, read_state
-from ..files import folder_written_whole, new_folder_problem, one_line_on_disk_faults
-from ..provenance import commit
-from .bundle import FILE_NAME, bundled_source
+from fairseq_alibi.tools.checkpoints import field, model_and_task, read_state
+from fairseq_alibi.tools.files import folder_written_whole, new_folder_problem, one_line_on_disk_faults
+from fairseq_alibi.tools.provenance import commit
+from fairseq_alibi.hf.bundle import FILE_NAME, bundled_source
 
 AUTO_MAP = {"AutoConfig": "modeling_fairseq_alibi.FairseqAlibiConfig",
             "AutoModelForCausalLM": "modeling_fairseq_alibi.FairseqAlibiForCausalLM"}
@@ -69,8 +69,8 @@ def position_layout(decoder, model_cfg):
     """(positions, position_options, max_positions) of the config for this decoder."""
     from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
 
-    from ..decoder import PositionDecoder
-    from ..positions import METHODS
+    from fairseq_alibi.models.decoder import PositionDecoder
+    from fairseq_alibi.positions import METHODS
 
     if isinstance(decoder, PositionDecoder):
         method = decoder.positions.method
@@ -107,7 +107,7 @@ def plain(value):
 def hf_model_of(model, dictionary, provenance):
     """The FairseqAlibiForCausalLM (built from this package's modeling file) with the fairseq
     model's weights: a strict load, so that every parameter of one is a parameter of the other."""
-    from .modeling_fairseq_alibi import FairseqAlibiConfig, FairseqAlibiForCausalLM
+    from fairseq_alibi.hf.modeling_fairseq_alibi import FairseqAlibiConfig, FairseqAlibiForCausalLM
 
     decoder = model.decoder
     model_cfg = decoder.args  # the model's options, fairseq's and the method's
@@ -216,7 +216,7 @@ def export(checkpoint, out_dir, data=None, remote_code=False, tokenizer=None):
 def in_memory(checkpoint, data=None, remote_code=False, tokenizer=None):
     """(the transformers model, its tokenizer) that export() writes, in memory: what lm-eval's
     backend for checkpoints scores (lm_eval_backend.py). CannotExport (one line) on bad input."""
-    from ..build import load_checkpoint
+    from fairseq_alibi.models.build import load_checkpoint
 
     if not os.path.isfile(checkpoint):
         raise CannotExport(f"no checkpoint at {checkpoint}")
@@ -247,7 +247,7 @@ def exported_tokenizer(checkpoint, data, tokenizer=None):
     else data's, else the checkpoint's; made before the model loads, so that a refusal is one line."""
     from fairseq.data import Dictionary
 
-    from .tokenizer import tokenizer_for
+    from fairseq_alibi.hf.tokenizer import tokenizer_for
 
     if tokenizer and not os.path.isdir(tokenizer):
         raise CannotExport(f"--tokenizer {tokenizer} is not a directory")
@@ -294,7 +294,7 @@ def main(argv=None):
                         help="write this package's model class even for a model in BLOOM's layout (which otherwise "
                              "becomes stock BLOOM: model_type bloom, no remote code)")
     args = parser.parse_args(argv)
-    from . import environment_problem
+    from fairseq_alibi.hf import environment_problem
 
     if environment_problem():
         raise SystemExit(f"{parser.prog}: {environment_problem()}")

@@ -20,9 +20,9 @@ import sys
 
 import torch
 
-from .. import dictionaries
-from ..files import folder_written_whole, new_folder_problem, one_line_on_disk_faults
-from ..provenance import commit
+from fairseq_alibi.tools import dictionaries
+from fairseq_alibi.tools.files import folder_written_whole, new_folder_problem, one_line_on_disk_faults
+from fairseq_alibi.tools.provenance import commit
 
 SPECIALS = 4  # fairseq's <s>, <pad>, </s>, <unk>
 HF_TOKENIZER = "hf-tokenizer"  # the folder the imported model's own tokenizer files are kept in
@@ -282,7 +282,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, help="the seed the model was trained with, recorded as its training "
                         "seed (results rows read it; without it fairseq's default, 1, stands there)")
     args = parser.parse_args(argv)
-    from . import environment_problem
+    from fairseq_alibi.hf import environment_problem
 
     if environment_problem():
         raise SystemExit(f"{parser.prog}: {environment_problem()}")

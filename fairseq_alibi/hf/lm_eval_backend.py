@@ -13,7 +13,7 @@ dictionary's vocab.json and merges.txt folder (export.py's --tokenizer). Any oth
 (max_length, batch_size, ...) are HFLM's. In Python, `import fairseq_alibi.hf.lm_eval_backend` before
 `lm_eval.simple_evaluate(model="fairseq_alibi", ...)` registers it the same way.
 """
-from . import environment_problem
+from fairseq_alibi.hf import environment_problem
 
 if environment_problem():  # before lm_eval imports transformers
     raise SystemExit(f"fairseq_alibi: {environment_problem()}")
@@ -27,7 +27,7 @@ class FairseqCheckpointLM(HFLM):
     """A fairseq checkpoint (any causal LM the export takes) as lm-eval's HFLM."""
 
     def __init__(self, checkpoint=None, data=None, tokenizer=None, **kwargs):
-        from .export import CannotExport, in_memory
+        from fairseq_alibi.hf.export import CannotExport, in_memory
 
         if not checkpoint:
             raise SystemExit("fairseq_alibi: give --model_args checkpoint=PATH (a fairseq checkpoint of a causal LM)")

@@ -4,7 +4,7 @@ or post-norm layers, fairseq's activations, adaptive input and adaptive softmax 
 log-probabilities are returned as the logits: log-softmax leaves them unchanged).
 
 The exporter (hf/export.py) writes this file into the exported folder with the position math
-(positions/, alibi.py, rotary.py, t5_bias.py) bundled above it (hf/bundle.py), so that
+(positions/, alibi_bias.py, rotary_angles.py, t5_buckets.py) bundled above it (hf/bundle.py), so that
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)` needs torch and transformers
 only. Parameter names are fairseq's (decoder.layers.N.self_attn.q_proj.weight, ...) wherever the
 layout is the same.
@@ -22,8 +22,8 @@ from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from fairseq_alibi.positions import METHODS, build_method  # bundled: dropped from the exported file
-from fairseq_alibi.positions.base import causal_mask, fold_padding  # bundled: dropped from the exported file
-from fairseq_alibi.rotary import apply_rotary  # bundled: dropped from the exported file
+from fairseq_alibi.positions.position_method import causal_mask, fold_padding  # bundled: dropped from the exported file
+from fairseq_alibi.rotary_angles import apply_rotary  # bundled: dropped from the exported file
 
 ABSOLUTE_POSITIONS = ("sinusoidal", "learned")  # fairseq's position embeddings, added to the input
 

@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from ..files import folder_written_whole, new_folder_problem, one_line_on_disk_faults
+from fairseq_alibi.tools.files import folder_written_whole, new_folder_problem, one_line_on_disk_faults
 
 
 def cache_names(layers):

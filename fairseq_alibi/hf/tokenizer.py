@@ -15,7 +15,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokeniz
 from tokenizers.models import BPE, WordLevel
 from transformers import PreTrainedTokenizerFast
 
-from ..dictionaries import BPE_FILES
+from fairseq_alibi.tools.dictionaries import BPE_FILES
 
 
 

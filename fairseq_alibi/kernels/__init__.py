@@ -1,4 +1,4 @@
-"""Attention kernels, one file each, every one registered by being here (base.py: what a kernel
+"""Attention kernels, one file each, every one registered by being here (kernel.py: what a kernel
 declares, the registry, choose_kernel). Pure torch (plus flash-attn where installed), no fairseq.
 
 - sdpa: PyTorch's scaled_dot_product_attention with the dense mask; takes any bias.
@@ -13,16 +13,16 @@ Adding a kernel is adding a file here (CONTRIBUTING.md).
 import importlib
 import pkgutil
 
-from .base import (BLOCKED_ABOVE, KERNELS, Kernel, build_kernel, choose_kernel, register, takes_bias,  # noqa: F401
+from fairseq_alibi.kernels.kernel import (BLOCKED_ABOVE, KERNELS, Kernel, build_kernel, choose_kernel, register, takes_bias,  # noqa: F401
                    unusable)
 
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "base":
+    if _module.name != "kernel":
         importlib.import_module(f"{__name__}.{_module.name}")
 
 KERNEL_NAMES = ("auto", *sorted(KERNELS, key=lambda name: (name != "sdpa", name)))  # --attention-kernel's choices
 
-from .blocked import (BLOCK, BlockedAlibiAttention, BlockedBias, DocumentBlocks, attention_with_lse,  # noqa: E402,F401
+from fairseq_alibi.kernels.blocked import (BLOCK, BlockedAlibiAttention, BlockedBias, DocumentBlocks, attention_with_lse,  # noqa: E402,F401
                       blocked_attention)
-from .flash import flash_available, flash_installed  # noqa: E402,F401
-from .flex import flex_attention_with_bias  # noqa: E402,F401
+from fairseq_alibi.kernels.flash import flash_available, flash_installed  # noqa: E402,F401
+from fairseq_alibi.kernels.flex import flex_attention_with_bias  # noqa: E402,F401

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..documents import Documents, document_bias
-from .base import BLOCKED_ABOVE, Kernel, register
+from fairseq_alibi.documents import Documents, document_bias
+from fairseq_alibi.kernels.kernel import BLOCKED_ABOVE, Kernel, register
 
 BLOCK = 256  # queries per block
 

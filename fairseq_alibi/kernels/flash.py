@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import Kernel, register
+from fairseq_alibi.kernels.kernel import Kernel, register
 
 try:  # optional: GPU users install it themselves
     import flash_attn

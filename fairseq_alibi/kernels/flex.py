@@ -10,9 +10,9 @@ as the blocked kernel's rule proves the rest weighs less than e^-30 of the row (
 import torch
 from torch import Tensor
 
-from ..base import warn_once
-from .base import BLOCKED_ABOVE, Kernel, register
-from .blocked import alibi_reach
+from fairseq_alibi.checks import warn_once
+from fairseq_alibi.kernels.kernel import BLOCKED_ABOVE, Kernel, register
+from fairseq_alibi.kernels.blocked import alibi_reach
 
 FLEX_MIN_HEAD_DIM = 16  # PyTorch's compiled FlexAttention refuses narrower heads
 

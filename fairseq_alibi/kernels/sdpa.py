@@ -1,5 +1,5 @@
 """sdpa: PyTorch's scaled_dot_product_attention with the dense (1 or batch, heads, T, S) mask that
-attention.py builds (the method's bias, the causal -inf, padding, documents). Takes any bias and
+models/attention.py builds (the method's bias, the causal -inf, padding, documents). Takes any bias and
 gives every learned parameter its gradient: the reference every other kernel is tested against,
 and auto's last resort.
 
@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..base import warn_once
-from .base import Kernel, register
+from fairseq_alibi.checks import warn_once
+from fairseq_alibi.kernels.kernel import Kernel, register
 
 
 class Sdpa(Kernel):
@@ -43,7 +43,7 @@ def probe_input(device, dtype, mask_dtype=None, heads: int = 4, length: int = 16
     """q, k, v (2, heads, length, head_dim) and the plugin's kind of mask (2, heads, length, length):
     ALiBi's bias, the causal -inf, and in the second row two documents (no query sees the other),
     in mask_dtype (default: the query's, as the plugin builds it)."""
-    from ..alibi import alibi_mask, alibi_slopes
+    from fairseq_alibi.alibi_bias import alibi_mask, alibi_slopes
 
     generator = torch.Generator(device="cpu").manual_seed(0)
     q, k, v = (torch.randn(2, heads, length, head_dim, generator=generator).to(device, dtype) for _ in range(3))

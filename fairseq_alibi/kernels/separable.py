@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import Kernel, register
+from fairseq_alibi.kernels.kernel import Kernel, register
 
 # Columns per dtype: enough mantissa bits (fp32 24; fp16 11 a column, bf16 8) for an fp32 term.
 SPLITS = {torch.float32: 1, torch.float64: 1, torch.float16: 3, torch.bfloat16: 3}

@@ -1,4 +1,4 @@
-"""Position methods, one file each, every one registered by being here (base.py: the interface,
+"""Position methods, one file each, every one registered by being here (position_method.py: the interface,
 the options' config, the registry). Pure torch, no fairseq import.
 
     from fairseq_alibi.positions import METHODS, build_method
@@ -12,13 +12,13 @@ list methods read this registry.
 import importlib
 import pkgutil
 
-from .base import (METHODS, LayerBias, MethodConfig, PositionMethod, build_method, heads_first, option, per_head,  # noqa: F401
+from fairseq_alibi.positions.position_method import (METHODS, LayerBias, MethodConfig, PositionMethod, build_method, heads_first, option, per_head,  # noqa: F401
                    register, signed_distance)
 
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "base":
+    if _module.name != "position_method":
         importlib.import_module(f"{__name__}.{_module.name}")
 
 # Each method's class by its own name (from fairseq_alibi.positions import Alibi, Fire, ...).
 globals().update({cls.__name__: cls for cls in METHODS.values()})
-from .kerple import KERPLE_VARIANTS  # noqa: E402,F401
+from fairseq_alibi.positions.kerple import KERPLE_VARIANTS  # noqa: E402,F401

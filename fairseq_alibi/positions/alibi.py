@@ -6,8 +6,8 @@ from typing import Optional
 
 import torch
 
-from ..alibi import SCALINGS, alibi_slopes, check_scaling, dynamic_factors, ntk_exponents, scale_slopes
-from .base import MethodConfig, PositionMethod, check_train_length, option, per_head, register, signed_distance
+from fairseq_alibi.alibi_bias import SCALINGS, alibi_slopes, check_scaling, dynamic_factors, ntk_exponents, scale_slopes
+from fairseq_alibi.positions.position_method import MethodConfig, PositionMethod, check_train_length, option, per_head, register, signed_distance
 
 
 @register("alibi", "ALiBi")

@@ -8,7 +8,7 @@ import dataclasses
 import torch
 from torch import nn
 
-from .base import MethodConfig, PositionMethod, heads_first, option, register, signed_distance
+from fairseq_alibi.positions.position_method import MethodConfig, PositionMethod, heads_first, option, register, signed_distance
 
 
 @register("fire", "FIRE")

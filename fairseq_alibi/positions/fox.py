@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import LayerBias, MethodConfig, PositionMethod, register
+from fairseq_alibi.positions.position_method import LayerBias, MethodConfig, PositionMethod, register
 
 GATE_INIT_STD = 0.02
 

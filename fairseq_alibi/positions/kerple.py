@@ -14,7 +14,7 @@ import dataclasses
 import torch
 from torch import nn
 
-from .base import MethodConfig, PositionMethod, option, per_head, register, signed_distance
+from fairseq_alibi.positions.position_method import MethodConfig, PositionMethod, option, per_head, register, signed_distance
 
 KERPLE_VARIANTS = ("log", "power")
 

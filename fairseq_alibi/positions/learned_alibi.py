@@ -11,8 +11,8 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..alibi import alibi_slopes
-from .base import MethodConfig, PositionMethod, per_head, register, signed_distance
+from fairseq_alibi.alibi_bias import alibi_slopes
+from fairseq_alibi.positions.position_method import MethodConfig, PositionMethod, per_head, register, signed_distance
 
 
 @register("learned_alibi", "ALiBi, learned slopes")

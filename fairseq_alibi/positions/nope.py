@@ -2,7 +2,7 @@
 causal mask alone tells a token what came before it."""
 import dataclasses
 
-from .base import MethodConfig, PositionMethod, register
+from fairseq_alibi.positions.position_method import MethodConfig, PositionMethod, register
 
 
 @register("nope", "NoPE")

@@ -4,8 +4,8 @@ import dataclasses
 import math
 from typing import Optional
 
-from ..rotary import ROTARY_SCALINGS, check_rotary, rotary_angles
-from .base import MethodConfig, PositionMethod, check_train_length, option, register
+from fairseq_alibi.rotary_angles import ROTARY_SCALINGS, check_rotary, rotary_angles
+from fairseq_alibi.positions.position_method import MethodConfig, PositionMethod, check_train_length, option, register
 
 
 @register("rotary", "rotary")

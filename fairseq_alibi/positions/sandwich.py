@@ -7,7 +7,7 @@ import dataclasses
 
 import torch
 
-from .base import MethodConfig, PositionMethod, per_head, register, signed_distance
+from fairseq_alibi.positions.position_method import MethodConfig, PositionMethod, per_head, register, signed_distance
 
 
 @register("sandwich", "Sandwich")

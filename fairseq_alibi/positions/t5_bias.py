@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..t5_bias import check_buckets, t5_buckets
-from .base import MethodConfig, PositionMethod, heads_first, option, register, signed_distance
+from fairseq_alibi.t5_buckets import check_buckets, t5_buckets
+from fairseq_alibi.positions.position_method import MethodConfig, PositionMethod, heads_first, option, register, signed_distance
 
 
 @register("t5_bias", "T5 bias")

@@ -40,7 +40,7 @@ def test_masked_lm_presets_toy_run_seeds_floor_and_shared_checkpoints(wt2_slice,
     flags = json.loads((checkpoints / "alibi-bialibi-L16-s2" / "train_flags.json").read_text())
     assert flags["--task"] == "masked_lm" and flags["--seed"] == "2" and flags["--total-num-update"] == "4"
     # an encoder's config has no field for its dictionary: train_once.sh records it in the checkpoint
-    from fairseq_alibi import dictionaries
+    from fairseq_alibi.tools import dictionaries
     assert dictionaries.check(str(checkpoints / "alibi-bialibi-L16-s2" / "checkpoint_last.pt"), wt2_slice) is None
     assert torch.load(checkpoints / "alibi-bialibi-L16-s2" / "checkpoint_last.pt", weights_only=False)[
         "dictionary_sha256"] == dictionaries.dictionary_fingerprint(wt2_slice)
@@ -311,9 +311,9 @@ def test_unigram_refuses_bad_arguments_in_one_line_before_writing(wt2_slice, tmp
 
 
 @pytest.mark.parametrize("model, config", [
-    ("alibi_roberta", "fairseq_alibi.encoder.AlibiRobertaConfig"),
-    ("alibi_transformer", "fairseq_alibi.encoder.AlibiTransformerConfig"),
-    ("littlebird_roberta", "fairseq_alibi.littlebird_roberta.LittleBirdConfig"),
+    ("alibi_roberta", "fairseq_alibi.models.encoder.AlibiRobertaConfig"),
+    ("alibi_transformer", "fairseq_alibi.models.encoder.AlibiTransformerConfig"),
+    ("littlebird_roberta", "fairseq_alibi.models.littlebird_roberta.LittleBirdConfig"),
 ])
 def test_each_encoder_option_is_declared_once_with_its_default(model, config):
     """The encoders' own options are their config dataclass's fields: the command line offers each
@@ -326,7 +326,7 @@ def test_each_encoder_option_is_declared_once_with_its_default(model, config):
     from fairseq.models import MODEL_REGISTRY
 
     from fairseq_alibi import plugin  # noqa: F401
-    from fairseq_alibi.encoder import fill_defaults, options
+    from fairseq_alibi.models.encoder import fill_defaults, options
 
     module, name = config.rsplit(".", 1)
     config = getattr(importlib.import_module(module), name)

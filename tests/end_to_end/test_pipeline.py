@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from conftest import REPO, TOY, USER_DIR, run, snapshot
-from fairseq_alibi import dictionaries, files
+from fairseq_alibi.tools import dictionaries
+from fairseq_alibi.tools import files
 from fairseq_alibi_lab import results
 
 pytestmark = pytest.mark.slow
@@ -87,7 +88,7 @@ def test_scoring_the_output_layer_a_softmax_batch_at_a_time_changes_no_loss(toy_
 
 def test_hub_interface_samples_and_scores(toy_checkpoint, wt2_slice):
     import fairseq_alibi.plugin  # noqa: F401
-    from fairseq_alibi.decoder import POSITION_LMS
+    from fairseq_alibi.models.decoder import POSITION_LMS
 
     hub = POSITION_LMS["alibi"].from_pretrained(
         os.path.dirname(toy_checkpoint), os.path.basename(toy_checkpoint), data_name_or_path=wt2_slice
@@ -379,7 +380,7 @@ def test_scaling_needs_an_alibi_checkpoint_that_knows_the_option(toy_checkpoint,
     proc = subprocess.run(["scripts/eval.sh", old, wt2_slice, tmp_path / "r.jsonl", "64"], cwd=REPO,
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 1 and "predates ALiBi scaling" in proc.stderr and "convert_checkpoint" in proc.stderr
-    run(["python", "-m", "fairseq_alibi.convert_checkpoint", old, upgraded])
+    run(["python", "-m", "fairseq_alibi.tools.convert_checkpoint", old, upgraded])
     run(["scripts/eval.sh", upgraded, wt2_slice, tmp_path / "r.jsonl", "64"], env=env)
     run(["scripts/eval.sh", toy_checkpoint, wt2_slice, tmp_path / "r.jsonl", "64"], env=env)
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]

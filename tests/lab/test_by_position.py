@@ -49,7 +49,7 @@ def test_too_short_a_text_is_refused():
 def test_the_script_prints_and_appends_the_positions(toy_checkpoint, wt2_slice, tmp_path):
     """scripts/by_position.py on the toy checkpoint (trained at L=32) over the slice's first 200
     validation tokens: its row is the function's, run here on the same model and tokens."""
-    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.models.build import load_checkpoint
     from fairseq_alibi_lab.stream_eval import stream_tokens
 
     out = tmp_path / "positions.jsonl"

@@ -78,7 +78,7 @@ def load(path):
 
 
 def convert(source, target, *flags):
-    return subprocess.run(["python", "-m", "fairseq_alibi.convert_checkpoint", *flags, str(source), str(target)],
+    return subprocess.run(["python", "-m", "fairseq_alibi.tools.convert_checkpoint", *flags, str(source), str(target)],
                           cwd=REPO, capture_output=True, text=True)
 
 
@@ -184,7 +184,7 @@ def padded_sample(pad, seed=0):
 
 
 def criterion(task, teacher, weight=0.5, temperature=2.0):
-    from fairseq_alibi.distillation_criterion import LMDistillationCriterion
+    from fairseq_alibi.models.distillation_criterion import LMDistillationCriterion
 
     return LMDistillationCriterion(task, str(teacher), weight, temperature, sentence_avg=False)
 
@@ -198,7 +198,7 @@ def converted_checkpoint(sinusoidal_checkpoint, tmp_path_factory):
 
 @pytest.mark.slow
 def test_full_log_probs_equal_fairseqs_adaptive_softmax(converted_checkpoint):
-    from fairseq_alibi.distillation_criterion import full_log_probs
+    from fairseq_alibi.models.distillation_criterion import full_log_probs
 
     model = load(converted_checkpoint)
     assert model.decoder.adaptive_softmax is not None

@@ -12,7 +12,8 @@ import torch
 
 from conftest import REPO, run
 
-from fairseq_alibi import dictionaries, files, methods, mistakes  # noqa: E402
+from fairseq_alibi import methods  # noqa: E402
+from fairseq_alibi.tools import dictionaries, files, mistakes  # noqa: E402
 from fairseq_alibi_lab import result_rows  # noqa: E402
 from fairseq_alibi_lab import recipes  # noqa: E402
 from fairseq_alibi_lab import results  # noqa: E402
@@ -212,7 +213,7 @@ def test_synthetic_tasks_are_made_once_and_other_options_over_them_are_refused(t
 
 def test_a_training_of_no_limit_is_refused(tmp_path):
     """fairseq takes --max-update 0 as no limit: a run that would never be finished. Both trainers
-    ask fairseq_alibi/mistakes.py (one rule)."""
+    ask fairseq_alibi/tools/mistakes.py (one rule)."""
     import subprocess
 
     proc = subprocess.run(["scripts/train_once.sh", tmp_path / "save", "toy", "--", "fairseq-train", "data",
@@ -373,7 +374,7 @@ def test_each_tool_refuses_a_checkpoint_of_another_kind_naming_the_tool_that_tak
     import argparse
     import subprocess
 
-    from fairseq_alibi import cli
+    from fairseq_alibi.tools import cli
 
     def fake(name, task, cfg_form):
         path = tmp_path / f"{name}.pt"
@@ -389,13 +390,13 @@ def test_each_tool_refuses_a_checkpoint_of_another_kind_naming_the_tool_that_tak
     saved_mlm = tmp_path / "saved_mlm.pt"
     torch.save({"cfg": {"model": argparse.Namespace(arch="alibi_roberta_small", task="masked_lm"),
                         "task": {"_name": "masked_lm"}}, "model": {}}, saved_mlm)
-    from fairseq_alibi.base import ConfigError
-    from fairseq_alibi.convert_checkpoint import convert_state
+    from fairseq_alibi.checks import ConfigError
+    from fairseq_alibi.tools.convert_checkpoint import convert_state
 
     for path, kind in [(masked, "a masked LM"), (saved_mlm, "a masked LM"), (translation, "an encoder-decoder")]:
         with pytest.raises(ConfigError, match=f"is {kind} checkpoint: only causal language models"):
             convert_state(torch.load(path, weights_only=False), replace_positions=True, name=str(path))
-    from fairseq_alibi.checkpoints import wrong_kind
+    from fairseq_alibi.tools.checkpoints import wrong_kind
     assert wrong_kind(torch.load(causal, weights_only=False), "lm.pt", "causal LM") is None
     assert wrong_kind(torch.load(masked, weights_only=False), "m.pt", "causal LM") == \
         "m.pt is a masked LM checkpoint, not a causal LM: score it with scripts/eval_mlm.py"
@@ -537,7 +538,7 @@ def test_two_writers_of_one_file_at_once_each_install_it_whole(tmp_path):
 def test_a_converted_checkpoint_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     """torch.save's zip writer reports a full disk as a RuntimeError after writing part of the file:
     no truncated checkpoint is left for a retry to refuse as existing."""
-    from fairseq_alibi import convert_checkpoint
+    from fairseq_alibi.tools import convert_checkpoint
 
     source = tmp_path / "lm.pt"
     torch.save({"cfg": {"model": {"_name": "alibi_transformer_lm", "arch": "alibi_transformer_lm_small"},
@@ -680,9 +681,9 @@ def test_claims_on_exact_match_rows(tmp_path):
 
 
 def test_one_flag_reader_keeps_what_argparse_keeps():
-    """fairseq_alibi/flags.py, which the recipes, the run records and the mistakes all read through:
+    """fairseq_alibi/tools/flags.py, which the recipes, the run records and the mistakes all read through:
     the last value wins, a switch is empty, --flag=value, several words, positionals left out."""
-    from fairseq_alibi.flags import flag_values, last_value
+    from fairseq_alibi.tools.flags import flag_values, last_value
 
     argv = ["data-bin", "--lr", "0.1", "--fp16", "--lr=0.2", "--lengths", "64", "128", "--max-update", "5", "--lr", "-1"]
     assert flag_values(argv) == {"--lr": "-1", "--fp16": "", "--lengths": "64 128", "--max-update": "5"}

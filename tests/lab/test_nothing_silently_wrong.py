@@ -66,7 +66,7 @@ def test_retrieval_refuses_a_plain_corpus_before_any_training(wt2_slice, tmp_pat
 def test_retrieval_rows_of_other_prompts_and_scalings_a_model_lacks_are_refused(toy_checkpoint, wt2_slice, tmp_path):
     """score() on rows of the same checkpoint scored on other prompts: refused, not reused; a scaling
     the model has no field for (YaRN on ALiBi): refused, not labelled."""
-    from fairseq_alibi.files import fingerprint
+    from fairseq_alibi.tools.files import fingerprint
 
     tests = tmp_path / "test.jsonl"
     tests.write_text(json.dumps({"task": "passkey", "length": 32, "depth": 0.0, "prompt": "the", "answer": "the"}) + "\n")
@@ -182,7 +182,7 @@ def test_every_writer_on_a_read_only_or_full_disk_says_so_in_one_line(refusing_d
         tools = {
             "import": ["-m", "fairseq_alibi.hf.import_gpt2", str(tmp_path / "hf"), f"{disk}/imported"],
             "export": ["-m", "fairseq_alibi.hf.export", toy_checkpoint, f"{disk}/exported"],
-            "convert": ["-m", "fairseq_alibi.convert_checkpoint", toy_checkpoint, f"{disk}/converted/alibi.pt"],
+            "convert": ["-m", "fairseq_alibi.tools.convert_checkpoint", toy_checkpoint, f"{disk}/converted/alibi.pt"],
             "claims": ["scripts/claims.py", committed, "--out", f"{disk}/claims.md"],
             "results": ["scripts/results.py", committed, "--out", f"{disk}/tables"],
             "retrieval make": ["-m", "fairseq_alibi_lab.retrieval", "make", f"{disk}/retrieval", "--source", source],
@@ -206,7 +206,7 @@ def test_fairseq_alibi_train_keeps_and_records_its_dictionary(wt2_slice, tmp_pat
     field) keeps dict.txt beside it and records it inside: another corpus's dictionary is refused."""
     import torch
 
-    from fairseq_alibi import dictionaries
+    from fairseq_alibi.tools import dictionaries
 
     save = tmp_path / "save"
     run(["fairseq-alibi-train", wt2_slice, "--task", "language_modeling", "--arch", "transformer_lm", "--decoder-layers", "1",

@@ -124,7 +124,7 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     </s> (checked at 40 tokens, depths 0 and 100%)."""
     import torch
 
-    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.models.build import load_checkpoint
 
     root = tmp_path / "set"
     make(source, root, "--length", "40")
@@ -144,7 +144,7 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
         + [("ntk", t, 80, d) for t in TASKS for d in (0.0, 0.25, 0.5, 0.75, 1.0)])
     assert all(r["n"] == 2 and r["label"] == "ALiBi" and r["updates"] == 4 and r["experiment"] == "retrieval" and
                r["recipe"] == "small" for r in rows)
-    from fairseq_alibi.files import data_fingerprint, fingerprint
+    from fairseq_alibi.tools.files import data_fingerprint, fingerprint
 
     assert {(r["prompts_sha256"], r["mixture_sha256"]) for r in rows} == {
         (fingerprint(str(root / "test.jsonl")), data_fingerprint(str(root / "bin"), "train"))}  # what each row was scored with

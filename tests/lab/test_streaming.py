@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("transformers")
 
 from fairseq_alibi.hf.modeling_fairseq_alibi import FairseqAlibiConfig, FairseqAlibiForCausalLM  # noqa: E402
-from fairseq_alibi.rotary import apply_rotary  # noqa: E402
+from fairseq_alibi.rotary_angles import apply_rotary  # noqa: E402
 
 STREAMED = ["alibi", "t5_bias", "kerple", "sandwich", "fire", "learned_alibi", "nope", "rotary"]
 
@@ -152,7 +152,7 @@ def test_stream_eval_scores_the_stream_as_the_rule_does(toy_checkpoint, wt2_slic
     import sys
 
     from conftest import REPO, run
-    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.models.build import load_checkpoint
     from fairseq_alibi.hf.export import hf_model_of
     from fairseq_alibi_lab.stream_eval import stream_tokens
 

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from fairseq_alibi.alibi import alibi_mask, alibi_slopes
+from fairseq_alibi.alibi_bias import alibi_mask, alibi_slopes
 
 # log2 of each slope, from the paper (section 3) and its rule for head counts that are not 2^k
 # (official-alibi.md, section 2.1).

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from conftest import build_model, random_tokens
-from fairseq_alibi.alibi import alibi_slopes
-from fairseq_alibi.attention import attention_bias
-from fairseq_alibi.base import ConfigError
+from fairseq_alibi.alibi_bias import alibi_slopes
+from fairseq_alibi.models.attention import attention_bias
+from fairseq_alibi.checks import ConfigError
 from fairseq_alibi.bidirectional import VARIANTS, build_variant
 
 INF = float("-inf")
@@ -225,7 +225,7 @@ def test_the_nope_encoder_sees_a_bag_of_tokens():
     """--encoder-alibi none --no-token-positional-embeddings: no position embeddings, so permuting
     the input tokens permutes the outputs (an identity the math must satisfy; the sinusoidal twin
     breaks it); with learned positions or an ALiBi variant, the flag is refused at build."""
-    from fairseq_alibi.base import ConfigError
+    from fairseq_alibi.checks import ConfigError
 
     nope, d = build_model("alibi_roberta_small", extra=["--encoder-alibi", "none", "--no-token-positional-embeddings",
                                                         *SMALL], task="masked_lm")

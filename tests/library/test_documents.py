@@ -10,7 +10,7 @@ from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits
 from test_kernels import documented_flash_attn_func
 from test_position_methods import METHODS, perturb
-from fairseq_alibi.base import ConfigError
+from fairseq_alibi.checks import ConfigError
 from fairseq_alibi.documents import Documents, document_bias, find_documents
 from fairseq_alibi.kernels import DocumentBlocks
 from fairseq_alibi.positions import Alibi, Fire, T5Bias

@@ -11,7 +11,7 @@ from conftest import random_tokens
 from reference import assert_same_logits
 from test_documents import SEPARATOR, VOCAB, model, packed_rows
 from test_position_methods import METHODS
-from fairseq_alibi.alibi import alibi_mask, alibi_slopes
+from fairseq_alibi.alibi_bias import alibi_mask, alibi_slopes
 from fairseq_alibi.kernels import KERNELS
 from fairseq_alibi.kernels.flex import alibi_block_mask, flex_attention_with_bias
 
@@ -30,7 +30,7 @@ def score_functions_of_every_method(monkeypatch):
 
 def test_t5_bias_through_flex_is_refused_in_one_line_until_a_gpu_shows_parity(monkeypatch):
     import fairseq_alibi.kernels.flex as flex
-    from fairseq_alibi.base import ConfigError
+    from fairseq_alibi.checks import ConfigError
 
     monkeypatch.undo()
     assert "t5_bias" in flex.GRADIENT_NOT_SHOWN
@@ -163,7 +163,7 @@ def test_every_sdpa_backend_here_takes_the_plugins_masks_correctly_or_not_at_all
 
 
 def test_a_backend_wrong_on_masks_is_never_selected_and_said_once(monkeypatch, caplog):
-    import fairseq_alibi.base as base
+    import fairseq_alibi.checks as base
     import fairseq_alibi.kernels.sdpa as sdpa
 
     wrong = []

@@ -252,7 +252,7 @@ def test_export_cli_on_a_trained_checkpoint(toy_checkpoint, wt2_slice, tmp_path)
     are the checkpoint's log-probabilities, and its provenance names the training length."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.models.build import load_checkpoint
 
     out = tmp_path / "exported"
     proc = subprocess.run(["fairseq-alibi-export-hf", toy_checkpoint, str(out)], capture_output=True, text=True, cwd=REPO)
@@ -375,9 +375,9 @@ def test_import_then_export_gives_the_hf_model_back(tiny_gpt2, imported, tmp_pat
 
 
 def test_an_imported_gpt2_takes_alibi_with_replace_positions(imported, tmp_path):
-    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.models.build import load_checkpoint
 
-    proc = subprocess.run([sys.executable, "-m", "fairseq_alibi.convert_checkpoint", "--replace-positions",
+    proc = subprocess.run([sys.executable, "-m", "fairseq_alibi.tools.convert_checkpoint", "--replace-positions",
                            str(imported / "checkpoint.pt"), str(tmp_path / "alibi.pt")], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     model, cfg, _ = load_checkpoint(str(tmp_path / "alibi.pt"), str(imported))
@@ -478,7 +478,7 @@ def test_a_gpt2_on_a_fairseq_dictionary_keeps_its_ids(tmp_path):
     word_level_tokenizer(dictionary).save_pretrained(tmp_path / "hf")
     import_gpt2(str(tmp_path / "hf"), str(tmp_path / "fairseq"))
     assert (tmp_path / "fairseq" / "dict.txt").read_text().split()[::2] == dictionary.symbols[4:]
-    from fairseq_alibi import dictionaries  # the import records its dictionary inside the checkpoint
+    from fairseq_alibi.tools import dictionaries  # the import records its dictionary inside the checkpoint
     assert torch.load(tmp_path / "fairseq" / "checkpoint.pt", weights_only=False)["dictionary_sha256"] == \
         dictionaries.dictionary_fingerprint(str(tmp_path / "fairseq"))
     hub = TransformerLanguageModel.from_pretrained(str(tmp_path / "fairseq"), "checkpoint.pt").eval()

@@ -153,7 +153,7 @@ def test_a_bpe_gpt2_imported_given_alibi_and_exported_reads_text(tmp_path):
     save_gpt2(tmp_path / "hf", tie=True)
     import_gpt2(str(tmp_path / "hf"), str(tmp_path / "imported"))
     assert sorted(os.listdir(tmp_path / "imported" / HF_TOKENIZER)) == ["tokenizer.json", "tokenizer_config.json"]
-    subprocess.run([sys.executable, "-m", "fairseq_alibi.convert_checkpoint", "--replace-positions",
+    subprocess.run([sys.executable, "-m", "fairseq_alibi.tools.convert_checkpoint", "--replace-positions",
                     str(tmp_path / "imported" / "checkpoint.pt"), str(tmp_path / "alibi" / "alibi.pt")],
                    check=True, capture_output=True, cwd=REPO)
     assert (tmp_path / "alibi" / "vocab.json").is_file()  # kept beside it with dict.txt
@@ -167,7 +167,7 @@ def test_a_bpe_gpt2_imported_given_alibi_and_exported_reads_text(tmp_path):
     assert 3 not in expected[:-1]  # no word read as <unk>
 
     hf = AutoModelForCausalLM.from_pretrained(tmp_path / "out", trust_remote_code=True).eval()
-    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.models.build import load_checkpoint
 
     model, _, _ = load_checkpoint(str(tmp_path / "alibi" / "alibi.pt"), str(tmp_path / "alibi"))
     prompt = tokenizer("\n = Valkyria Chronicles", return_tensors="pt")  # fairseq's context starts with </s>

@@ -4,8 +4,8 @@ import torch
 
 from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits
-from fairseq_alibi.alibi import alibi_mask, alibi_slopes, scale_slopes
-from fairseq_alibi.base import ConfigError
+from fairseq_alibi.alibi_bias import alibi_mask, alibi_slopes, scale_slopes
+from fairseq_alibi.checks import ConfigError
 from fairseq_alibi.kernels import BLOCK, BLOCKED_ABOVE
 from fairseq_alibi.kernels import (BlockedAlibiAttention, blocked_attention, build_kernel, choose_kernel,
                                    flash_available, flash_installed)
@@ -50,7 +50,7 @@ def test_forcing_flash_without_flash_attn_is_a_one_line_error_when_built():
 def test_a_kernel_that_cannot_take_the_input_leaves_it_to_sdpa(monkeypatch, caplog):
     """No configuration error from inside forward: flash on a CPU fp32 input (flash-attn present),
     blocked or flex while training with attention dropout, run as sdpa, with one warning."""
-    import fairseq_alibi.base as base
+    import fairseq_alibi.checks as base
     import fairseq_alibi.kernels.flash as flash
 
     monkeypatch.setattr(flash, "flash_installed", lambda: None)  # as if flash-attn were installed
@@ -288,7 +288,7 @@ separable kernel, by name, computes it: test_separable.py)."""
 def test_a_kernel_whose_fallback_would_differ_refuses_instead_of_falling_back(monkeypatch):
     """A kernel declares whether sdpa computes what it does; only then may an input it cannot run
     fall back to sdpa (with a warning); otherwise the model stops with the reason."""
-    import fairseq_alibi.kernels.base as base
+    import fairseq_alibi.kernels.kernel as base
 
     class Different(base.Kernel):
         name = "different"

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import build_model, random_tokens
-from fairseq_alibi.base import ConfigError
+from fairseq_alibi.checks import ConfigError
 from fairseq_alibi.bidirectional import build_variant
 from fairseq_alibi.littlebird import (LittleBirdLayer, Projections, dense_window_attention, insert_padding,
                                       pack_attention, pad_to_blocks, take_back, unpacked_window_attention,

@@ -4,10 +4,10 @@ import torch
 
 from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits, naive_attention, naive_model
-from fairseq_alibi.alibi import alibi_slopes
-from fairseq_alibi.base import ConfigError
+from fairseq_alibi.alibi_bias import alibi_slopes
+from fairseq_alibi.checks import ConfigError
 from fairseq_alibi.twins import SMALL_TWIN_FLAGS
-from fairseq_alibi.attention import attention_bias, position_mask
+from fairseq_alibi.models.attention import attention_bias, position_mask
 
 
 def mask_of(dec, query_len, key_len, dtype=torch.float32):
@@ -143,7 +143,7 @@ def test_mask_is_accepted_by_the_fused_attention_kernel(tiny_model):
 
 def test_mask_does_not_grow_with_batch_size(tiny_model, monkeypatch):
     """Every layer receives one (1, heads, T, T) mask, whatever the batch size."""
-    from fairseq_alibi.attention import RelativeSelfAttention
+    from fairseq_alibi.models.attention import RelativeSelfAttention
 
     shapes = []
     original = RelativeSelfAttention.forward
@@ -161,7 +161,7 @@ def test_mask_does_not_grow_with_batch_size(tiny_model, monkeypatch):
 
 
 def test_cached_mask_serves_shorter_batches_and_follows_slope_changes(tiny_model):
-    from fairseq_alibi.alibi import alibi_mask
+    from fairseq_alibi.alibi_bias import alibi_mask
 
     dec = tiny_model.decoder
     long, short = mask_of(dec, 30, 30), mask_of(dec, 20, 20)
@@ -177,7 +177,7 @@ def test_cached_mask_serves_shorter_batches_and_follows_slope_changes(tiny_model
 def test_the_training_entry_point_refuses_evaluation_only_options(argv, monkeypatch):
     """fairseq-alibi-train (train.sh refuses them too): a model trained with scaled slopes would
     then be scored, and labelled, as unscaled."""
-    from fairseq_alibi import cli
+    from fairseq_alibi.tools import cli
 
     monkeypatch.setattr("sys.argv", ["fairseq-alibi-train", "data-bin/x", "--arch", "alibi_transformer_lm", *argv])
     monkeypatch.setattr(cli, "_run", lambda module: pytest.fail("fairseq-train was started"))
@@ -192,7 +192,7 @@ def test_a_model_recording_another_dictionary_is_refused_when_built():
     words swapped), it is refused in one line. The fingerprint is the words' sha256, written out."""
     import hashlib
 
-    from fairseq_alibi import dictionaries
+    from fairseq_alibi.tools import dictionaries
 
     words = [f"w{i}" for i in range(50)]  # build_model's dictionary
     assert dictionaries.fingerprint(words) == hashlib.sha256("\n".join(words).encode()).hexdigest()[:16]

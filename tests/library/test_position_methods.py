@@ -10,10 +10,10 @@ import torch
 
 from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits, naive_bias, naive_model
-from fairseq_alibi.base import ConfigError
-from fairseq_alibi.factory import causal_positions
+from fairseq_alibi.checks import ConfigError
+from fairseq_alibi.models.factory import causal_positions
 from fairseq_alibi.positions import Fire, Kerple, Sandwich
-from fairseq_alibi.rotary import apply_rotary, rotary_angles, rotary_frequencies
+from fairseq_alibi.rotary_angles import apply_rotary, rotary_angles, rotary_frequencies
 
 # Each method and flags that make its position-dependent parts matter at test lengths (FIRE's
 # threshold 8: positions past 8 take the progressive interpolation, as past the training length).
@@ -368,7 +368,7 @@ def test_the_math_positions_and_kernels_import_without_fairseq():
     import sys
 
     code = ("import sys, fairseq_alibi.positions, fairseq_alibi.kernels, fairseq_alibi.methods, fairseq_alibi_lab.recipes, "
-            "fairseq_alibi.checkpoints, fairseq_alibi.files; assert 'fairseq' not in sys.modules, 'fairseq imported'; "
+            "fairseq_alibi.tools.checkpoints, fairseq_alibi.tools.files; assert 'fairseq' not in sys.modules, 'fairseq imported'; "
             "import fairseq_alibi.plugin; from fairseq.models import ARCH_MODEL_REGISTRY; "
             "assert 'fox_transformer_lm_small' in ARCH_MODEL_REGISTRY")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -7,11 +7,11 @@ import torch
 
 from conftest import TINY, build_model, random_tokens
 from reference import assert_same_logits, naive_model, naive_rotate, naive_t5_bucket
-from fairseq_alibi.alibi import alibi_slopes, dynamic_factors, ntk_exponents, scale_slopes
-from fairseq_alibi.attention import position_mask
-from fairseq_alibi.base import ConfigError
-from fairseq_alibi.rotary import apply_rotary, rotary_angles
-from fairseq_alibi.t5_bias import t5_buckets
+from fairseq_alibi.alibi_bias import alibi_slopes, dynamic_factors, ntk_exponents, scale_slopes
+from fairseq_alibi.models.attention import position_mask
+from fairseq_alibi.checks import ConfigError
+from fairseq_alibi.rotary_angles import apply_rotary, rotary_angles
+from fairseq_alibi.t5_buckets import t5_buckets
 
 # --- rotary -----------------------------------------------------------------------------------
 

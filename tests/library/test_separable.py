@@ -12,8 +12,8 @@ from reference import assert_same_logits
 from test_documents import SEPARATOR, VOCAB
 from test_documents import model as document_model
 from test_position_methods import perturb
-from fairseq_alibi.alibi import alibi_slopes
-from fairseq_alibi.base import ConfigError
+from fairseq_alibi.alibi_bias import alibi_slopes
+from fairseq_alibi.checks import ConfigError
 from fairseq_alibi.documents import find_documents
 from fairseq_alibi.kernels import KERNELS, choose_kernel, takes_bias
 from fairseq_alibi.kernels.separable import SPLITS, SeparableAttend, split
@@ -38,7 +38,7 @@ def naive(q, k, v, slopes, rows=512):
 
 def dense(q, k, v, slopes, dtype=None):
     """The dense path: SDPA with the (heads, T, T) mask in the inputs' dtype."""
-    from fairseq_alibi.alibi import alibi_mask
+    from fairseq_alibi.alibi_bias import alibi_mask
 
     dtype = dtype or q.dtype
     return torch.nn.functional.scaled_dot_product_attention(
@@ -177,7 +177,7 @@ def test_decoding_a_token_at_a_time_gives_the_full_forward(method):
 
 def test_the_kernel_takes_per_key_biases_only_and_says_why_in_one_line():
     from fairseq_alibi.positions import METHODS
-    from fairseq_alibi.positions.base import build_method
+    from fairseq_alibi.positions.position_method import build_method
 
     def positions(method, **options):
         return build_method(method, METHODS[method].Config(**options), 4, 8, 32)

@@ -22,7 +22,7 @@ def main():
     from fairseq.data import data_utils
     from transformers import AutoModelForCausalLM
 
-    from fairseq_alibi.build import load_checkpoint
+    from fairseq_alibi.models.build import load_checkpoint
 
     model, _, task = load_checkpoint(args.checkpoint, args.data, kind="causal LM")
     dataset = data_utils.load_indexed_dataset(f"{args.data}/valid", task.source_dictionary)

@@ -9,10 +9,10 @@ Options a checkpoint predates read as their defaults (MethodConfig.from_args), s
 """
 from typing import Optional, Tuple
 
-from .base import ConfigError, config_check
-from .bidirectional import EncoderAlibi, build_variant
-from .kernels import KERNEL_NAMES, KERNELS, takes_bias
-from .positions import METHODS, PositionMethod, build_method
+from fairseq_alibi.checks import ConfigError, config_check
+from fairseq_alibi.bidirectional import EncoderAlibi, build_variant
+from fairseq_alibi.kernels import KERNEL_NAMES, KERNELS, takes_bias
+from fairseq_alibi.positions import METHODS, PositionMethod, build_method
 
 
 def causal_positions(method: str, args) -> Tuple[PositionMethod, str]:

@@ -1,7 +1,7 @@
 """Convert a transformer LM checkpoint into this plugin's ALiBi model.
 
-    python -m fairseq_alibi.convert_checkpoint alibi_wt103_L512.pt alibi_wt103_L512.alibi.pt
-    python -m fairseq_alibi.convert_checkpoint --replace-positions sinusoidal.pt alibi_init.pt
+    python -m fairseq_alibi.tools.convert_checkpoint alibi_wt103_L512.pt alibi_wt103_L512.alibi.pt
+    python -m fairseq_alibi.tools.convert_checkpoint --replace-positions sinusoidal.pt alibi_init.pt
 
 Two kinds of source:
 - A checkpoint of the paper's fork (alibi_wt103_L*.pt), trained with ALiBi. It says
@@ -27,12 +27,12 @@ import torch
 
 from fairseq.models.transformer_lm import TransformerLanguageModelConfig
 
-from . import dictionaries
-from .base import ConfigError
-from .decoder import fairseq_config
-from .files import one_line_on_disk_faults, written_whole
-from .positions import METHODS
-from .checkpoints import checkpoint_kind, with_article
+from fairseq_alibi.tools import dictionaries
+from fairseq_alibi.checks import ConfigError
+from fairseq_alibi.models.decoder import fairseq_config
+from fairseq_alibi.tools.files import one_line_on_disk_faults, written_whole
+from fairseq_alibi.positions import METHODS
+from fairseq_alibi.tools.checkpoints import checkpoint_kind, with_article
 
 logger = logging.getLogger(__name__)
 

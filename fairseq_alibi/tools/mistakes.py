@@ -1,11 +1,11 @@
 """Common mistakes on fairseq's command line that fairseq itself answers with a traceback (or a
 run that never ends): caught before it starts, in one line naming the fix. Plain Python, no torch
 or fairseq, so that it is asked cheaply: by scripts/train.sh and train_once.sh (fairseq_alibi_lab/
-train.py, train_once.py) and fairseq_alibi/cli.py (fairseq-alibi-train, fairseq-alibi-eval-lm).
+train.py, train_once.py) and fairseq_alibi/tools/cli.py (fairseq-alibi-train, fairseq-alibi-eval-lm).
 """
 from typing import List, Optional
 
-from fairseq_alibi.flags import flag_values
+from fairseq_alibi.tools.flags import flag_values
 
 HALF_PRECISION = ("--fp16", "--bf16", "--amp", "--memory-efficient-fp16", "--memory-efficient-bf16")
 LM_TOKENS_PER_SAMPLE = 1024  # fairseq's language_modeling default

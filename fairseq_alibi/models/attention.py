@@ -18,11 +18,11 @@ from fairseq.modules import MultiheadAttention
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from .documents import Documents, document_bias
-from .kernels import build_kernel, choose_kernel
-from .kernels.sdpa import masked_attention
-from .positions.base import causal_mask, fold_padding
-from .rotary import apply_rotary
+from fairseq_alibi.documents import Documents, document_bias
+from fairseq_alibi.kernels import build_kernel, choose_kernel
+from fairseq_alibi.kernels.sdpa import masked_attention
+from fairseq_alibi.positions.position_method import causal_mask, fold_padding
+from fairseq_alibi.rotary_angles import apply_rotary
 
 
 @dataclass

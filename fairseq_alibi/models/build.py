@@ -9,7 +9,7 @@ def build_model(arch, vocab_size, flags=(), task="language_modeling"):
     from fairseq.data import Dictionary
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    from . import plugin  # noqa: F401  (the plugin's architectures)
+    from fairseq_alibi import plugin  # noqa: F401  (the plugin's architectures)
 
     dictionary = Dictionary()
     for i in range(vocab_size):
@@ -31,9 +31,9 @@ def load_checkpoint(path, data, kind=None, overrides=None):
 
     from fairseq import checkpoint_utils
 
-    from . import plugin  # noqa: F401  (the plugin's models)
-    from .checkpoints import NotACheckpoint, read_state, wrong_kind
-    from .dictionaries import check
+    from fairseq_alibi import plugin  # noqa: F401  (the plugin's models)
+    from fairseq_alibi.tools.checkpoints import NotACheckpoint, read_state, wrong_kind
+    from fairseq_alibi.tools.dictionaries import check
 
     if kind:
         try:

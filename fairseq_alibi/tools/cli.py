@@ -6,7 +6,7 @@ installed package (fairseq resolves a relative --user-dir against the current di
 import os
 import sys
 
-from . import dictionaries
+from fairseq_alibi.tools import dictionaries
 
 PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,13 +24,13 @@ def _run(module):
     sys.argv = with_plugin(sys.argv)
     tool = importlib.import_module(f"fairseq_cli.{module}")
     # fairseq skips a --user-dir whose package is imported already (this one is: cli.py is in it).
-    from . import plugin  # noqa: F401
+    from fairseq_alibi import plugin  # noqa: F401
     tool.cli_main()
 
 
 def inference_only_flag(argv):
     """The first option of argv that only evaluation may set (methods.INFERENCE_ONLY), or None."""
-    from .methods import INFERENCE_ONLY
+    from fairseq_alibi.methods import INFERENCE_ONLY
 
     flags = {flag for method_flags in INFERENCE_ONLY.values() for flag in method_flags}
     return next((a.split("=")[0] for a in argv if a.split("=")[0] in flags), None)
@@ -40,7 +40,7 @@ def refuse_common_mistakes(tool):
     """Exit with one line on a mistake fairseq would answer with a traceback (mistakes.py)."""
     import torch
 
-    from .mistakes import common_mistake
+    from fairseq_alibi.tools.mistakes import common_mistake
 
     mistake = common_mistake(tool, sys.argv[1:], torch.cuda.device_count())
     if mistake:
@@ -73,7 +73,7 @@ def training_directories(argv):
     where fairseq's parser refuses argv (it then says why itself)."""
     from fairseq import options
 
-    from . import plugin  # noqa: F401  (the plugin's architectures, for the parser)
+    from fairseq_alibi import plugin  # noqa: F401  (the plugin's architectures, for the parser)
 
     import contextlib
     import io
@@ -90,7 +90,7 @@ def training_directories(argv):
 def eval_lm():
     """fairseq-eval-lm, after checking that each --path is a causal LM (fairseq would crash on a
     masked LM or a translation model with a traceback)."""
-    from .checkpoints import NotACheckpoint, read_state, wrong_kind
+    from fairseq_alibi.tools.checkpoints import NotACheckpoint, read_state, wrong_kind
 
     argv = sys.argv[1:]
     paths = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--path"] + [a[7:] for a in argv if a.startswith("--path=")]

@@ -11,7 +11,7 @@ A kernel is one object registered under its name (`register(Blocked())`), with:
 - auto_priority and auto_wants(positions, x, query_len): where auto tries it (lowest first; None:
   never) and whether auto wants it for this input; sdpa is auto's last resort.
 - prepare(positions, dtype, documents, query_len): once per forward, what every layer calls
-  (.attend(q, k, v, dropout_p)); None: the dense mask (attention.py) and PyTorch's SDPA.
+  (.attend(q, k, v, dropout_p)); None: the dense mask (models/attention.py) and PyTorch's SDPA.
 - sdpa_computes_the_same: whether sdpa given the dense mask computes what this kernel does, so that
   an input it cannot run may fall back to sdpa; a kernel for which it is False refuses instead.
 
@@ -22,7 +22,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
-from ..base import warn_once
+from fairseq_alibi.checks import warn_once
 
 # The longest input that auto leaves to the dense mask on CPU: up to 512 tokens it is faster there
 # (benchmarks/attention-cpu.md: evaluation 1.6 against 2.4 ms at 512, 6.6 against 5.3 ms at 1024;

@@ -22,13 +22,13 @@ from fairseq.models.transformer_lm import (TransformerLanguageModel, Transformer
                                          transformer_lm_baevski_wiki103)
 from fairseq.modules import AdaptiveInput
 
-from . import dictionaries
-from .attention import RelativeDecoderLayer, SquareMaskCache, attention_bias, is_right_padding, wrap_layer
-from .base import UNBOUNDED_POSITIONS, ConfigError, check_heads
-from .documents import find_documents
-from .factory import causal_positions, document_separator
-from .kernels import KERNEL_NAMES
-from .positions import METHODS
+from fairseq_alibi.tools import dictionaries
+from fairseq_alibi.models.attention import RelativeDecoderLayer, SquareMaskCache, attention_bias, is_right_padding, wrap_layer
+from fairseq_alibi.checks import UNBOUNDED_POSITIONS, ConfigError, check_heads
+from fairseq_alibi.documents import find_documents
+from fairseq_alibi.models.factory import causal_positions, document_separator
+from fairseq_alibi.kernels import KERNEL_NAMES
+from fairseq_alibi.positions import METHODS
 
 
 def check_decoder_args(args, method: str):
@@ -262,7 +262,7 @@ def fairseq_config(method_class):
     fields.append((dictionaries.RECORDED, Optional[str], field(default=None, metadata={"help": DICTIONARY_HELP})))
     fields.append(("attention_kernel", ChoiceEnum(list(KERNEL_NAMES)), field(
         default="auto", metadata={"help": ATTENTION_KERNEL_HELP})))
-    if method_class.method == "alibi":  # the option's name before --attention-kernel; still read (factory.py)
+    if method_class.method == "alibi":  # the option's name before --attention-kernel; still read (models/factory.py)
         fields.append(("alibi_attention", ChoiceEnum(list(KERNEL_NAMES)), field(
             default="auto", metadata={"help": "the older name of --attention-kernel (used where that is auto)"})))
     name = method_class.method.title().replace("_", "")

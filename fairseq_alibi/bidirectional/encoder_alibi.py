@@ -10,10 +10,10 @@ from typing import Dict
 import torch
 from torch import Tensor, nn
 
-from ..alibi import alibi_slopes
-from ..positions import PositionMethod, per_head
+from fairseq_alibi.alibi_bias import alibi_slopes
+from fairseq_alibi.positions import PositionMethod, per_head
 
-DEFAULT = "symmetric"  # --encoder-alibi's default (encoder.py's options take it from here)
+DEFAULT = "symmetric"  # --encoder-alibi's default (models/encoder.py's options take it from here)
 
 
 def two_sided_bias(past: Tensor, future: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor:

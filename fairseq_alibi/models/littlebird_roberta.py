@@ -21,10 +21,10 @@ from fairseq.models.roberta.model import base_architecture as roberta_base_archi
 from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
-from .base import UNBOUNDED_POSITIONS, ConfigError, config_check
-from .encoder import UnboundedRobertaEncoder, encoder_output, fill_defaults, roberta_small_dims
-from .factory import encoder_positions
-from .littlebird import (PAPER_BLOCK_SIZE, PAPER_PACK_LENGTH, LittleBirdLayer, check_littlebird, insert_padding,
+from fairseq_alibi.checks import UNBOUNDED_POSITIONS, ConfigError, config_check
+from fairseq_alibi.models.encoder import UnboundedRobertaEncoder, encoder_output, fill_defaults, roberta_small_dims
+from fairseq_alibi.models.factory import encoder_positions
+from fairseq_alibi.littlebird import (PAPER_BLOCK_SIZE, PAPER_PACK_LENGTH, LittleBirdLayer, check_littlebird, insert_padding,
                          pad_to_blocks, take_back, window_bias)
 
 

@@ -24,13 +24,13 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
-from .attention import RelativeEncoderLayer, attention_bias, wrap_layer
-from .base import UNBOUNDED_POSITIONS, ConfigError, check_heads
-from .bidirectional import DEFAULT, VARIANTS
-from .decoder import ATTENTION_KERNEL_HELP, PositionDecoder, check_decoder_args
-from .factory import causal_positions, encoder_positions
-from .kernels import KERNEL_NAMES
-from .twins import TRANSLATION_SMALL_DIMS
+from fairseq_alibi.models.attention import RelativeEncoderLayer, attention_bias, wrap_layer
+from fairseq_alibi.checks import UNBOUNDED_POSITIONS, ConfigError, check_heads
+from fairseq_alibi.bidirectional import DEFAULT, VARIANTS
+from fairseq_alibi.models.decoder import ATTENTION_KERNEL_HELP, PositionDecoder, check_decoder_args
+from fairseq_alibi.models.factory import causal_positions, encoder_positions
+from fairseq_alibi.kernels import KERNEL_NAMES
+from fairseq_alibi.twins import TRANSLATION_SMALL_DIMS
 
 
 class AlibiTransformerEncoder(TransformerEncoderBase):

@@ -18,7 +18,7 @@ import os
 import shutil
 from typing import List, Optional
 
-from fairseq_alibi.files import written_whole
+from fairseq_alibi.tools.files import written_whole
 
 RECORDED = "dictionary_sha256"  # a plugin model's config field; any other model's top-level checkpoint entry
 
@@ -93,7 +93,7 @@ def check(checkpoint: str, data: str) -> Optional[str]:
     """None if CHECKPOINT may read DATA's tokens, else the one-line reason: each dictionary kept
     beside it (any model; the first difference named), then the dictionary recorded in its config
     (the plugin's models, --dictionary-sha256: whatever sits beside it). Reads the checkpoint (torch)."""
-    from fairseq_alibi.checkpoints import NotACheckpoint, field, model_and_task, read_state
+    from fairseq_alibi.tools.checkpoints import NotACheckpoint, field, model_and_task, read_state
 
     kept = checkpoint_dictionary(checkpoint)
     for name in dictionary_files(kept) if kept else ():
@@ -113,7 +113,7 @@ def check(checkpoint: str, data: str) -> Optional[str]:
 
 def recorded_in(state) -> Optional[str]:
     """The dictionary fingerprint a loaded checkpoint records (its config's, else its own entry), or None."""
-    from fairseq_alibi.checkpoints import field, model_and_task
+    from fairseq_alibi.tools.checkpoints import field, model_and_task
 
     return field(model_and_task(state)[0], RECORDED) or state.get(RECORDED)
 
@@ -126,7 +126,7 @@ def record(save_dir: str, data: str) -> Optional[str]:
     checkpoints are what guards those."""
     import torch
 
-    from fairseq_alibi.checkpoints import NotACheckpoint, read_state
+    from fairseq_alibi.tools.checkpoints import NotACheckpoint, read_state
 
     if not os.path.isfile(os.path.join(data, "dict.txt")):
         return None

@@ -24,10 +24,10 @@ from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from . import dictionaries
-from .base import ConfigError
-from .checkpoints import wrong_kind
-from .distillation import cross_entropy_terms, distillation_terms
+from fairseq_alibi.tools import dictionaries
+from fairseq_alibi.checks import ConfigError
+from fairseq_alibi.tools.checkpoints import wrong_kind
+from fairseq_alibi.distillation import cross_entropy_terms, distillation_terms
 
 
 @dataclass

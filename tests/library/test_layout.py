@@ -1,0 +1,47 @@
+"""The library's layers as docs/layout.md says them: the math (the top level and positions/, kernels/,
+bidirectional/) imports no fairseq; fairseq is imported in models/ (and by plugin.py, which registers
+them), by the tools that run fairseq's own (tools/cli.py) or read checkpoints through it (the
+converters); every module name is used once."""
+import ast
+import collections
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGES = ("fairseq_alibi", "fairseq_alibi_lab")
+FAIRSEQ_SIDE = ("fairseq_alibi/models/", "fairseq_alibi/plugin.py", "fairseq_alibi/tools/cli.py",
+                "fairseq_alibi/tools/convert_checkpoint.py",
+                "fairseq_alibi/hf/")  # hf/: the importer and exporter read and write fairseq checkpoints
+
+
+def modules():
+    for package in PACKAGES:
+        for folder, _, names in os.walk(os.path.join(REPO, package)):
+            for name in names:
+                if name.endswith(".py"):
+                    yield os.path.relpath(os.path.join(folder, name), REPO).replace(os.sep, "/")
+
+
+def imports_fairseq(path):
+    with open(os.path.join(REPO, path)) as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+        if any(n == "fairseq" or n.startswith("fairseq.") for n in names):
+            return True
+    return False
+
+
+def test_every_module_name_is_used_once():
+    by_name = collections.defaultdict(list)
+    for path in modules():
+        if not path.endswith("__init__.py"):
+            by_name[os.path.basename(path)].append(path)
+    assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
+
+
+def test_only_the_fairseq_side_imports_fairseq():
+    library = [p for p in modules() if p.startswith("fairseq_alibi/")]
+    outside = [p for p in library if imports_fairseq(p) and not p.startswith(FAIRSEQ_SIDE)]
+    assert outside == [], "fairseq imported outside models/, plugin.py, tools/cli.py and the converters: " + ", ".join(outside)
+    assert any(imports_fairseq(p) for p in library if p.startswith("fairseq_alibi/models/"))  # the check sees imports
