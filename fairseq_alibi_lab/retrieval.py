@@ -557,6 +557,18 @@ def report(rows, out):
                         lines.append(f"| {name.lower()} (from the prompts) | " + " | ".join(
                             "-" if v is None else f"{100 * v:.2f}" for v in values) + " | |")
                 lines += [f"| chance: {chance} | " + " | ".join(chance.split()[0] for _ in lengths) + " | |", ""]
+    if floors:
+        for metric in METRICS:
+            models, floor = by_distance(scored, floors, metric)
+            bins = sorted({b for t in models.values() for m in t.values() for b in m})
+            for task in (t for t in TASKS if t in models):
+                lines += [f"## {task}: {METRICS[metric]}, by the asked needle's distance from the question (tokens)", "",
+                          "| model | " + " | ".join(f"{2 ** b}-{2 ** (b + 1) - 1}" for b in bins) + " |",
+                          "|---" * (len(bins) + 1) + "|"]
+                for name, values in models[task].items():
+                    lines.append(f"| {name} | " + " | ".join(shown(values.get(b), 1, 100) for b in bins) + " |")
+                lines += ["| floor (from the prompts) | " + " | ".join(
+                    "-" if b not in floor.get(task, {}) else f"{100 * floor[task][b]:.2f}" for b in bins) + " |", ""]
     text = ("# Retrieval: accuracy (%), mean over the depths, mean ± std over seeds\n\n"
             "Exact match of the two-word key, then of its first word alone; beside each model, the same "
             "checkpoints' validation perplexity in blocks of L (nonoverlapping). Under each table the floors "
@@ -569,7 +581,108 @@ def report(rows, out):
         f.write(text)
     for metric, suffix in (("accuracy", ""), ("first_accuracy", "_first")):
         heatmaps([r for r in scored if metric in r], out, metric, suffix)
+        if floors:
+            distance_figure(*by_distance(scored, floors, metric), out, metric, suffix, train_length)
     return text
+
+
+# The attention field in tokens (docs/retrieval.md): ALiBi's head h pays m_h per token of distance, so
+# its reach is about 1/m_h tokens whatever L is; the small recipe's decoders have 8 heads.
+HEADS = 8
+
+
+FAMILIES = {"ALiBi and its family": ("ALiBi", "FoX"), "other relative biases": (), "rotary": ("Rotary",),
+            "absolute positions, none": ("Sinusoidal", "NoPE")}  # the distance figure's panels, in order
+
+
+def family(name):
+    """The panel of the distance figure a model (and scaling) is drawn in (a relative bias unless named)."""
+    return next((group for group, prefixes in FAMILIES.items() if prefixes and name.startswith(prefixes)),
+                "other relative biases")
+
+
+def distance_bin(distance):
+    """The power-of-2 bin [2^b, 2^(b+1)) a needle's distance in tokens falls in: b."""
+    return max(distance, 1).bit_length() - 1
+
+
+def by_distance(scored, floors, metric):
+    """({task: {name: {bin: each seed's value}}}, {task: {bin: the floor}}): each scored group (task,
+    length, depth) placed by its asked needles' distance from the question in tokens (the mean of the
+    group's least and greatest, from the floor rows) in a distance_bin; each seed's groups in a bin
+    averaged. The floor of a bin is the best, over the bin's groups, of the answerers
+    that do not pick the asked needle out (floor_cells' rule, the bin in place of a length)."""
+    from fairseq_alibi_lab.results import method_name
+
+    where = {(r["task"], r["length"], r["depth"]): distance_bin(round((r["min_distance"] + r["max_distance"]) / 2))
+             for r in floors}
+    last = {(r["task"], method_name(r), r["checkpoint"], r["length"], r["depth"]): r[metric] for r in scored
+            if r.get(metric) is not None and (r["task"], r["length"], r["depth"]) in where}
+    per_seed = {}
+    for (task, name, checkpoint, length, depth), value in last.items():
+        per_seed.setdefault((task, name, where[(task, length, depth)]), {}).setdefault(checkpoint, []).append(value)
+    models = {}
+    for (task, name, b), runs in per_seed.items():
+        models.setdefault(task, {}).setdefault(name, {})[b] = [sum(v) / len(v) for v in runs.values()]
+    answered = {}  # (task, bin, answerer) -> its scores on the bin's groups
+    for r in floors:
+        kept = FLOORS[3:] if r["task"] == "passkey" else (FLOORS[0], FLOORS[1], FLOORS[3])
+        if r["label"] in [f"Floor: {f}" for f in kept] and r.get(metric) is not None:
+            answered.setdefault((r["task"], where[(r["task"], r["length"], r["depth"])], r["label"]), []).append(r[metric])
+    floor = {}
+    for (task, b, _), values in answered.items():
+        floor.setdefault(task, {})[b] = max(floor.get(task, {}).get(b, 0.0), sum(values) / len(values))
+    return models, floor
+
+
+def distance_figure(models, floor, out, metric, suffix, train_length):
+    """OUT/retrieval_distance<suffix>.png: the metric against the asked needle's distance from the
+    question in tokens (by_distance's bins, the mean over the seeds), one row of panels per task and one panel per
+    family of models, the floor from the prompts dashed, each ALiBi head's reach 1/m_h dotted and
+    the training length L solid."""
+    from fairseq_alibi.alibi_bias import alibi_slopes
+    from fairseq_alibi.tools.files import written_whole
+    from fairseq_alibi_lab.results import pyplot
+
+    tasks = [t for t in TASKS if t in models]
+    if not tasks:
+        return
+    present = {family(n) for t in tasks for n in models[t]}
+    families = [group for group in FAMILIES if group in present]
+    plt = pyplot()
+    figure, axes = plt.subplots(len(tasks), len(families), figsize=(3.2 * len(families), 2.6 * len(tasks)),
+                                squeeze=False, sharex=True, sharey=True, layout="constrained")
+    reaches = [1 / m for m in alibi_slopes(HEADS)]
+    for i, task in enumerate(tasks):
+        for j, group in enumerate(families):
+            axis = axes[i][j]
+            for reach in reaches:
+                axis.axvline(reach, color="0.8", linestyle=":", linewidth=0.8)
+            axis.axvline(train_length, color="0.5", linewidth=0.8)
+            bins = sorted(floor.get(task, {}))
+            axis.plot([2 ** (b + 0.5) for b in bins], [100 * floor[task][b] for b in bins], "k--", linewidth=1,
+                      label="floor (from the prompts)")
+            for name, values in models[task].items():
+                if family(name) == group:
+                    bins = sorted(values)
+                    axis.plot([2 ** (b + 0.5) for b in bins], [100 * sum(values[b]) / len(values[b]) for b in bins], marker="o",
+                              markersize=2.5, linewidth=1, label=name)
+            axis.set_xscale("log", base=2)
+            axis.set_ylim(-3, 103)
+            axis.tick_params(labelsize=6)
+            axis.set_title(f"{task}: {group}", fontsize=7)
+            if i == len(tasks) - 1:
+                axis.set_xlabel("asked needle's distance from the question (tokens)", fontsize=6)
+            if j == 0:
+                axis.set_ylabel(f"{METRICS[metric]} (%)", fontsize=6)
+            if i == 0:
+                axis.legend(fontsize=5, loc="lower left")
+    figure.suptitle(f"Retrieval by distance: mean over seeds; dotted, ALiBi's head reaches 1/m (8 heads: "
+                    f"{', '.join(f'{r:g}' for r in reaches)} tokens); solid, L = {train_length}", fontsize=7)
+    path = os.path.join(out, f"retrieval_distance{suffix}.png")
+    with written_whole(path) as partial:
+        figure.savefig(partial, format="png", dpi=120)
+    plt.close(figure)
 
 
 def heatmaps(scored, out, metric, suffix):

@@ -356,3 +356,30 @@ def test_a_claim_against_the_floor_takes_the_seeds_spread_and_a_one_sample_test(
         stats.ttest_1samp([44.0, 45.0, 46.0], 33.0).pvalue) and test.startswith("one-sample t")
     assert claims.compare(seeds, {FLOOR: 44.5}, "at most")[2].startswith("no difference shown")
     assert claims.compare({"a-s1": 1.0}, {FLOOR: 0.5}, "higher")[2].startswith("no verdict (n = 1")
+
+
+def test_accuracy_by_distance_bins_each_group_by_its_needles_distance_then_averages_seeds_and_floors():
+    """by_distance against the rule written out by hand: a group's place is the power-of-2 bin of the
+    mean of its least and greatest distance; a seed's groups in a bin are averaged, then the floor is
+    the best answerer (passkey: chance only; else a random or the nearest needle, chance) over the bin."""
+    from fairseq_alibi_lab.retrieval import by_distance
+
+    def floor(task, length, depth, low, high, **scores):
+        return [{"label": f"Floor: {name}", "checkpoint": "(floor)", "task": task, "length": length, "depth": depth,
+                 "min_distance": low, "max_distance": high, "accuracy": value}
+                for name, value in scores.items()]
+
+    floors = (floor("multikey", 64, 0.0, 50, 60, **{"a random needle": 0.3, "the needle nearest the question": 0.1, "chance": 1e-4})
+              + floor("multikey", 128, 0.5, 56, 62, **{"a random needle": 0.5, "the needle nearest the question": 0.7, "chance": 1e-4})
+              + floor("multikey", 128, 0.0, 120, 126, **{"a random needle": 0.2, "the needle nearest the question": 0.0, "chance": 1e-4})
+              + floor("passkey", 64, 0.0, 40, 44, **{"a random needle": 1.0, "the needle nearest the question": 1.0, "chance": 0.01}))
+    scored = [{"label": "ALiBi", "model": "alibi_transformer_lm", "checkpoint": f"s{seed}", "task": "multikey",
+               "length": length, "depth": depth, "accuracy": value}
+              for seed, length, depth, value in ((1, 64, 0.0, 1.0), (1, 128, 0.5, 0.5), (1, 128, 0.0, 0.25),
+                                                 (2, 64, 0.0, 0.0), (2, 128, 0.5, 0.0), (2, 128, 0.0, 0.75))]
+    models, floors_by_bin = by_distance(scored, floors, "accuracy")
+    # distances 55 and 59 -> bin 5 (32-63); 123 -> bin 6 (64-127)
+    assert models == {"multikey": {"ALiBi": {5: [0.75, 0.0], 6: [0.25, 0.75]}}}
+    # bin 5: random needle (0.3 + 0.5) / 2 = 0.4, nearest (0.1 + 0.7) / 2 = 0.4; bin 6: random 0.2
+    assert floors_by_bin["multikey"] == pytest.approx({5: 0.4, 6: 0.2})
+    assert floors_by_bin["passkey"] == pytest.approx({5: 0.01})  # one needle: copying it is the task, chance only
