@@ -9,6 +9,23 @@ from fairseq_alibi_lab import gpt2_conversion
 from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register
 
 PEAKS = ("0.001", "0.0003", "0.0001")  # no re-warm-up: the peak from the first update, linear decay to 0
+IMPORTED = "GPT-2 (imported)"
+
+
+def continued(peak):
+    """gpt2-schedule's label of the GPT-2 continued from `peak` with no warm-up."""
+    return f"GPT-2 continued, peak {peak}, no warm-up"
+
+
+def chosen_peak(rows):
+    """gpt2-schedule's rule, on its rows: the highest peak whose continued GPT-2 is no worse than the
+    imported GPT-2 at L (validation, nonoverlapping), else the lowest peak."""
+    at_l = {r["label"]: r["perplexity"] for r in rows if r.get("checkpoint") and r.get("split") == "valid"
+            and r.get("stride") == 0 and r.get("l_valid") == r.get("train_length")}
+    missing = [label for label in (IMPORTED, *map(continued, PEAKS)) if label not in at_l]
+    if missing:
+        raise SystemExit(f"error: gpt2-schedule's rows lack {', '.join(missing)} at L: run `python scripts/experiment.py gpt2-schedule`")
+    return next((peak for peak in PEAKS if at_l[continued(peak)] <= at_l[IMPORTED]), PEAKS[-1])
 GPT2_STAGES = Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates)
 
 register("gpt2-schedule", Experiment(
@@ -17,8 +34,8 @@ register("gpt2-schedule", Experiment(
     "with no warm-up from peaks 0.001, 0.0003 and 0.0001, each decaying linearly to 0. Chosen, by a rule written "
     "before any row: the highest peak whose continued GPT-2 is no worse than the imported GPT-2 at L "
     "(nonoverlapping), else the lowest peak.",
-    (Model("GPT-2 (imported)", "", start="gpt2", longest=1),
+    (Model(IMPORTED, "", start="gpt2", longest=1),
      Model("GPT-2 continued, recipe schedule", "learned", start="gpt2", longest=1),
-     *(Model(f"GPT-2 continued, peak {peak}, no warm-up", "learned", ("--lr", peak, "--warmup-updates", "0"),
+     *(Model(continued(peak), "learned", ("--lr", peak, "--warmup-updates", "0"),
              start="gpt2", longest=1) for peak in PEAKS)),
     recipe="gpt2_small", updates=200, seeds=(1,), multiples=(1,), checkpoints="gpt2-alibi-2", stages=GPT2_STAGES))

@@ -399,3 +399,24 @@ def test_the_conversion_experiment_runs_through_the_runner_at_toy_size(wt2_slice
     assert generation.count(", 16 tokens):") == 4 and "(transformer_lm, 7 tokens (stopped at its 16 positions))" in generation
     for name in ("recovery.png", "figure_valid_stride0.png", "table_valid_stride0.md"):
         assert (out / name).stat().st_size > 0
+
+
+def test_gpt2_schedules_rule_picks_the_highest_peak_that_does_not_set_the_gpt2_back():
+    """gpt2-schedule's declared rule, on rows: the highest no-warm-up peak whose continued GPT-2 is no
+    worse than the imported one at L (nonoverlapping), else the lowest; rows at other lengths, strides
+    or splits do not count; missing rows are one line naming the run."""
+    from fairseq_alibi_lab.experiments.gpt2_deconfounded import IMPORTED, PEAKS, chosen_peak, continued
+
+    def row(label, perplexity, **other):
+        return dict({"label": label, "checkpoint": f"{label}.pt", "split": "valid", "stride": 0, "l_valid": 64,
+                     "train_length": 64, "perplexity": perplexity}, **other)
+
+    def rows(imported, *peaks):
+        return [row(IMPORTED, imported), *(row(continued(p), x) for p, x in zip(PEAKS, peaks)),
+                row(continued(PEAKS[0]), 1.0, stride=32), row(continued(PEAKS[0]), 1.0, l_valid=1024)]
+
+    assert chosen_peak(rows(200.0, 210.0, 199.0, 198.0)) == PEAKS[1]  # the highest that is no worse
+    assert chosen_peak(rows(200.0, 200.0, 190.0, 180.0)) == PEAKS[0]  # equal counts as no worse
+    assert chosen_peak(rows(200.0, 230.0, 220.0, 201.0)) == PEAKS[-1]  # none: the lowest
+    with pytest.raises(SystemExit, match="gpt2-schedule"):
+        chosen_peak(rows(200.0, 210.0))
