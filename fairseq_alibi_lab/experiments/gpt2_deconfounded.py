@@ -5,6 +5,8 @@ description, written before any of its rows; then gpt2-alibi-2 (declared here on
 chosen; its claims are in claims.py already) runs the conversion with it, 3 seeds, beside ALiBi
 trained from scratch in the GPT-2's layout for the GPT-2's and its fine-tune's updates together.
 Both share their GPT-2 stand-ins (checkpoints/gpt2-alibi-2)."""
+import os
+
 from fairseq_alibi_lab import gpt2_conversion
 from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register
 
@@ -39,3 +41,36 @@ register("gpt2-schedule", Experiment(
      *(Model(continued(peak), "learned", ("--lr", peak, "--warmup-updates", "0"),
              start="gpt2", longest=1) for peak in PEAKS)),
     recipe="gpt2_small", updates=200, seeds=(1,), multiples=(1,), checkpoints="gpt2-alibi-2", stages=GPT2_STAGES))
+
+
+def wall_time(rows, out):
+    """OUT/wall_time.md: each trained model's training wall time (the longest measured call,
+    trade_table.training_records, kept in OUT/training-resources.csv since the checkpoints do not
+    travel), mean ± std over its seeds, with the machines its rows name. Returns the table, or None
+    where nothing was measured."""
+    from fairseq_alibi.tools.files import written_whole
+    from fairseq_alibi_lab.results import mean_std
+    from fairseq_alibi_lab.trade_table import record, training_records
+
+    trained = [r for r in rows if r.get("checkpoint") and r.get("updates")]
+    records = training_records({r["checkpoint"] for r in trained}, out)
+    by_label = {}
+    for r in trained:
+        seconds = record(records, r["checkpoint"]).get("seconds")
+        if seconds is not None:
+            by_label.setdefault(r["label"], {})[r["checkpoint"]] = (seconds, r["updates"], r.get("machine"))
+    if not by_label:
+        return None
+    lines = ["# Training wall time (s), mean ± std over seeds", "",
+             "Each training's longest measured call (`training-resources.csv`: a resumed run shows `resumed`), on the "
+             "machines named; the runner trained two at a time, one thread each, so a time includes the other job's "
+             "contention for memory bandwidth.", "", "| model | updates | seconds | n | machines |", "|---|---|---|---|---|"]
+    for label, runs in by_label.items():
+        mean, std = mean_std([s for s, _, _ in runs.values()])
+        updates = sorted({u for _, u, _ in runs.values()})
+        lines.append(f"| {label} | {', '.join(map(str, updates))} | {mean:.0f} ± {std:.0f} | {len(runs)} | "
+                     f"{'; '.join(sorted({str(m) for _, _, m in runs.values()}))} |")
+    text = "\n".join(lines) + "\n"
+    with written_whole(os.path.join(out, "wall_time.md")) as partial, open(partial, "w") as f:
+        f.write(text)
+    return text

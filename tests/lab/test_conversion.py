@@ -420,3 +420,24 @@ def test_gpt2_schedules_rule_picks_the_highest_peak_that_does_not_set_the_gpt2_b
     assert chosen_peak(rows(200.0, 230.0, 220.0, 201.0)) == PEAKS[-1]  # none: the lowest
     with pytest.raises(SystemExit, match="gpt2-schedule"):
         chosen_peak(rows(200.0, 210.0))
+
+
+def test_the_deconfounded_experiments_wall_time_table_takes_each_trainings_longest_call(tmp_path):
+    """wall_time against the files by hand: per model, the longest successful measured call of each
+    seed's training, mean ± std over seeds; untrained rows (updates 0) and unmeasured runs left out;
+    the measurements kept in training-resources.csv, so the table rebuilds once the checkpoints are gone."""
+    import shutil
+
+    from fairseq_alibi_lab.experiments.gpt2_deconfounded import wall_time
+
+    rows = [{"label": "GPT-2 (imported)", "checkpoint": str(tmp_path / "ck" / "imported-s1" / "checkpoint.pt"), "updates": 0}]
+    for seed, calls in ((1, (100.0, 5.0)), (2, (140.0,))):
+        save = tmp_path / "ck" / f"ce-s{seed}"
+        save.mkdir(parents=True)
+        (save / "resources.jsonl").write_text("".join(json.dumps({"exit": 0, "seconds": c, "peak_mib": 300.0}) + "\n" for c in calls))
+        rows.append({"label": "CE", "checkpoint": str(save / "checkpoint_last.pt"), "updates": 200, "machine": "cpu"})
+    out = tmp_path / "out"
+    table = wall_time(rows, str(out))
+    assert "| CE | 200 | 120 ± 28 | 2 | cpu |" in table and "imported" not in table
+    shutil.rmtree(tmp_path / "ck")
+    assert wall_time(rows, str(out)) == table
