@@ -474,14 +474,19 @@ def past(floors, length):
     return lambda task, l_valid, depth: (task, l_valid, depth) in far
 
 
+def not_picking(task):
+    """The answerers that do not pick the asked needle out, whose best is a cell's floor: with one needle
+    (the passkey) copying it is the task, so chance alone."""
+    return FLOORS[3:] if task == "passkey" else (FLOORS[0], FLOORS[1], FLOORS[3])
+
+
 def floor_cells(floors, metric="accuracy", keep=None):
     """depth_means of the floor rows, and "Floor": the best of the answerers that do not pick the asked
     needle out (a random or the nearest needle, chance), each a fixed strategy over the cell's depths;
     with one needle (the passkey) copying it is the task, so chance alone."""
     cells = depth_means(floors, metric, keep)
     for task, _, length in list(cells):
-        best = FLOORS[3:] if task == "passkey" else (FLOORS[0], FLOORS[1], FLOORS[3])
-        values = [cells[(task, f"Floor: {floor}", length)][FLOOR] for floor in best if (task, f"Floor: {floor}", length) in cells]
+        values = [cells[(task, f"Floor: {floor}", length)][FLOOR] for floor in not_picking(task) if (task, f"Floor: {floor}", length) in cells]
         if values:
             cells[(task, "Floor", length)] = {FLOOR: max(values)}
     return cells
@@ -557,18 +562,17 @@ def report(rows, out):
                         lines.append(f"| {name.lower()} (from the prompts) | " + " | ".join(
                             "-" if v is None else f"{100 * v:.2f}" for v in values) + " | |")
                 lines += [f"| chance: {chance} | " + " | ".join(chance.split()[0] for _ in lengths) + " | |", ""]
-    if floors:
-        for metric in METRICS:
-            models, floor = by_distance(scored, floors, metric)
-            bins = sorted({b for t in models.values() for m in t.values() for b in m})
-            for task in (t for t in TASKS if t in models):
-                lines += [f"## {task}: {METRICS[metric]}, by the asked needle's distance from the question (tokens)", "",
-                          "| model | " + " | ".join(f"{2 ** b}-{2 ** (b + 1) - 1}" for b in bins) + " |",
-                          "|---" * (len(bins) + 1) + "|"]
-                for name, values in models[task].items():
-                    lines.append(f"| {name} | " + " | ".join(shown(values.get(b), 1, 100) for b in bins) + " |")
-                lines += ["| floor (from the prompts) | " + " | ".join(
-                    "-" if b not in floor.get(task, {}) else f"{100 * floor[task][b]:.2f}" for b in bins) + " |", ""]
+    distances = {metric: by_distance(scored, floors, metric) for metric in METRICS} if floors else {}
+    for metric, (models, floor) in distances.items():
+        bins = sorted({b for t in models.values() for m in t.values() for b in m})
+        for task in (t for t in TASKS if t in models):
+            lines += [f"## {task}: {METRICS[metric]}, by the asked needle's distance from the question (tokens)", "",
+                      "| model | " + " | ".join(f"{2 ** b}-{2 ** (b + 1) - 1}" for b in bins) + " |",
+                      "|---" * (len(bins) + 1) + "|"]
+            for name, values in models[task].items():
+                lines.append(f"| {name} | " + " | ".join(shown(values.get(b), 1, 100) for b in bins) + " |")
+            lines += ["| floor (from the prompts) | " + " | ".join(
+                "-" if b not in floor.get(task, {}) else f"{100 * floor[task][b]:.2f}" for b in bins) + " |", ""]
     text = ("# Retrieval: accuracy (%), mean over the depths, mean ± std over seeds\n\n"
             "Exact match of the two-word key, then of its first word alone; beside each model, the same "
             "checkpoints' validation perplexity in blocks of L (nonoverlapping). Under each table the floors "
@@ -581,8 +585,8 @@ def report(rows, out):
         f.write(text)
     for metric, suffix in (("accuracy", ""), ("first_accuracy", "_first")):
         heatmaps([r for r in scored if metric in r], out, metric, suffix)
-        if floors:
-            distance_figure(*by_distance(scored, floors, metric), out, metric, suffix, train_length)
+        if metric in distances:
+            distance_figure(*distances[metric], out, metric, suffix, train_length)
     return text
 
 
@@ -626,8 +630,7 @@ def by_distance(scored, floors, metric):
         models.setdefault(task, {}).setdefault(name, {})[b] = [sum(v) / len(v) for v in runs.values()]
     answered = {}  # (task, bin, answerer) -> its scores on the bin's groups
     for r in floors:
-        kept = FLOORS[3:] if r["task"] == "passkey" else (FLOORS[0], FLOORS[1], FLOORS[3])
-        if r["label"] in [f"Floor: {f}" for f in kept] and r.get(metric) is not None:
+        if r["label"] in [f"Floor: {f}" for f in not_picking(r["task"])] and r.get(metric) is not None:
             answered.setdefault((r["task"], where[(r["task"], r["length"], r["depth"])], r["label"]), []).append(r[metric])
     floor = {}
     for (task, b, _), values in answered.items():
@@ -677,7 +680,7 @@ def distance_figure(models, floor, out, metric, suffix, train_length):
                 axis.set_ylabel(f"{METRICS[metric]} (%)", fontsize=6)
             if i == 0:
                 axis.legend(fontsize=5, loc="lower left")
-    figure.suptitle(f"Retrieval by distance: mean over seeds; dotted, ALiBi's head reaches 1/m (8 heads: "
+    figure.suptitle(f"Retrieval by distance: mean over seeds; dotted, ALiBi's head reaches 1/m ({HEADS} heads: "
                     f"{', '.join(f'{r:g}' for r in reaches)} tokens); solid, L = {train_length}", fontsize=7)
     path = os.path.join(out, f"retrieval_distance{suffix}.png")
     with written_whole(path) as partial:

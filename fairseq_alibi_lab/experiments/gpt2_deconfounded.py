@@ -28,6 +28,8 @@ def chosen_peak(rows):
     if missing:
         raise SystemExit(f"error: gpt2-schedule's rows lack {', '.join(missing)} at L: run `python scripts/experiment.py gpt2-schedule`")
     return next((peak for peak in PEAKS if at_l[continued(peak)] <= at_l[IMPORTED]), PEAKS[-1])
+
+
 GPT2_STAGES = Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates)
 
 register("gpt2-schedule", Experiment(
