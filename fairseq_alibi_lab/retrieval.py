@@ -3,16 +3,17 @@
 level), generated deterministically from a seed.
 
     python -m fairseq_alibi_lab.retrieval make OUT_DIR --source ../shared/data/wikitext-2 [--length 64]
-        [--fraction 0.1] [--seed 1] [--examples 20]
+        [--fraction 0.1] [--seed 1] [--examples 20] [--long-examples 10]
     python -m fairseq_alibi_lab.retrieval score CHECKPOINT DATA OUT_DIR/test.jsonl OUT.jsonl [--label NAME]
-    python -m fairseq_alibi_lab.retrieval floors OUT_DIR/test.jsonl FLOORS.jsonl
+    python -m fairseq_alibi_lab.retrieval floors OUT_DIR/test.jsonl [OUT_DIR/test-long.jsonl] FLOORS.jsonl
 
 make writes OUT_DIR/text/wiki.{train,valid,test}.tokens: WikiText-2 with retrieval examples of at
 most L tokens (prompt and answer, filler from the training split) inserted as lines among the
 training lines until they are `fraction` of its tokens, valid and test unchanged (so the
 language-modelling perplexity of the same models shows the mixture's cost); and OUT_DIR/test.jsonl,
 `examples` prompts for each task, length L..16L and depth 0, 25, 50, 75, 100% (the needle's place in
-the filler), filler from the validation split. A key is two number words (00-99 each: chance is
+the filler), filler from the validation split; and OUT_DIR/test-long.jsonl, `long_examples` passkey
+and multi-key prompts at 32L, 64L and 128L (past ALiBi's attention field at L = 64). A key is two number words (00-99 each: chance is
 1 in 10^4); training keys have an even digit sum, test keys an odd one, so no test answer was seen
 in training. Binarize the text with WikiText-2's own dictionary (scripts/prepare-wikitext.sh
 --srcdict), so models and checkpoints of the usual data read it.
@@ -33,6 +34,14 @@ from fairseq_alibi.tools.files import one_line_on_disk_faults
 TASKS = ("passkey", "multikey", "kvlookup")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 MULTIPLES = (1, 2, 4, 8, 16)
+# Past ALiBi's field (issue 63): 2,048-8,192 tokens at L = 64, where the gentlest head's bias is -8 to
+# -32. Their own file (LONG_TESTS) from their own random stream, so test.jsonl and every row scored on
+# it stay as they are; the two tasks with a floor under the ceiling (key-value lookup is at its floor
+# for every model at every length to 16L); half the prompts per cell (LONG_EXAMPLES), their cost
+# growing with the length squared.
+LONG_MULTIPLES = (32, 64, 128)
+LONG_TASKS = ("passkey", "multikey")
+LONG_TESTS, LONG_MADE = "test-long.jsonl", "made-long.json"
 NAMES = ("red", "blue", "green", "yellow", "black", "white", "brown", "grey", "silver", "gold")  # multikey's keys
 
 
@@ -98,7 +107,7 @@ def read_words(path):
     return words
 
 
-def make(out, source, length, fraction, seed, examples):
+def make(out, source, length, fraction, seed, examples, long_examples=0):
     from fairseq_alibi.tools.files import folder_written_whole, new_folder_problem
 
     problem = new_folder_problem(out)
@@ -126,16 +135,8 @@ def make(out, source, length, fraction, seed, examples):
         mixed.append(line)
         previous = place
     mixed.extend(lines[previous:])
-    valid_filler = [w for w in read_words(valid_path) if w != "</s>"]
-    rng = random.Random(f"{seed}/test")  # its own stream: the same prompts whatever the training mixture
-    tests = []
-    for task in TASKS:
-        for multiple in MULTIPLES:
-            for depth in DEPTHS:
-                for _ in range(examples):
-                    prompt, answer = example(task, rng, valid_filler, multiple * length, depth, 1)
-                    tests.append({"task": task, "length": multiple * length, "depth": depth,
-                                  "prompt": " ".join(prompt), "answer": " ".join(answer)})
+    # its own stream: the same prompts whatever the training mixture
+    tests = test_prompts(random.Random(f"{seed}/test"), valid_words(source), length, TASKS, MULTIPLES, examples)
     with folder_written_whole(out) as partial:
         os.makedirs(os.path.join(partial, "text"))
         with open(os.path.join(partial, "text", "wiki.train.tokens"), "w", encoding="utf-8") as f:
@@ -149,8 +150,39 @@ def make(out, source, length, fraction, seed, examples):
         with open(os.path.join(partial, "made.json"), "w") as f:
             json.dump({"length": length, "fraction": fraction, "seed": seed, "examples": examples,
                        "inserted": len(inserted), "inserted_words": added, "train_words": total}, f)
+        if long_examples:
+            write_long_tests(partial, source, length, seed, long_examples)
     print(f"{out}: {len(inserted)} retrieval examples ({added} words, {added / (added + total):.1%} of the training "
-          f"text), {len(tests)} test prompts")
+          f"text), {len(tests)} test prompts" + (f", and {LONG_TESTS} past 16L" if long_examples else ""))
+
+
+def valid_words(source):
+    """The filler of the test prompts: WikiText-2's validation words, without its line ends."""
+    return [w for w in read_words(os.path.join(source, "wiki.valid.tokens")) if w != "</s>"]
+
+
+def test_prompts(rng, filler, length, tasks, multiples, examples):
+    """`examples` prompts for each task, multiple x length and depth (in that order), from rng."""
+    need = max(multiples) * length
+    if len(filler) <= need:
+        raise SystemExit(f"error: the validation text has {len(filler)} words, too few for prompts of {need}: "
+                         "give the whole WikiText-2 (--source)")
+    return [{"task": task, "length": multiple * length, "depth": depth, "prompt": " ".join(prompt), "answer": " ".join(answer)}
+            for task in tasks for multiple in multiples for depth in DEPTHS for _ in range(examples)
+            for prompt, answer in [example(task, rng, filler, multiple * length, depth, 1)]]
+
+
+def write_long_tests(root, source, length, seed, examples):
+    """root/test-long.jsonl: the prompts past 16L (LONG_MULTIPLES, LONG_TASKS), from a stream of their own,
+    and root/made-long.json, what they were made with; each written whole."""
+    from fairseq_alibi.tools.files import written_whole
+
+    tests = test_prompts(random.Random(f"{seed}/test-long"), valid_words(source), length, LONG_TASKS, LONG_MULTIPLES,
+                         examples)
+    with written_whole(os.path.join(root, LONG_TESTS)) as partial, open(partial, "w") as f:
+        f.writelines(json.dumps(t) + "\n" for t in tests)
+    with written_whole(os.path.join(root, LONG_MADE)) as partial, open(partial, "w") as f:
+        json.dump({"length": length, "seed": seed, "examples": examples}, f)
 
 
 def group_key(row):
@@ -193,8 +225,10 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
     # a scaling the model has no field for would be ignored, and its rows labelled with it
     check_scalings(checkpoint, str(scored["model"]), field(model_and_task(state)[0], f"{method}_scaling") is not None,
                    scalings)
+    asked_lengths = {length for _, length, _ in groups}
     for name, value in fingerprints.items():  # rows of this checkpoint scored on other prompts or data: refused
-        held = {r.get(name) for r in read_rows(out) if r.get("checkpoint") == checkpoint and r.get(name)} - {value}
+        held = {r.get(name) for r in read_rows(out) if r.get("checkpoint") == checkpoint and r.get(name) and
+                (name != "prompts_sha256" or r.get("length") in asked_lengths)} - {value}  # a length is in one prompts file
         if held:
             raise SystemExit(f"error: {out} holds rows of {checkpoint} with another {name} ({', '.join(sorted(held))}, "
                              f"now {value}): other test prompts or data; give another OUT")
@@ -215,14 +249,18 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
             dictionary = task.source_dictionary
             hf = hf_model_of(model, dictionary, {}).eval()
             rows = []
+            # The dense path's bias is batch x heads x T x S floats: prompts go in batches under MASK_BYTES
+            # (a whole group of 20 to 16L at L = 64, as always; one at a time at 8,192 tokens).
+            batch = max(1, MASK_BYTES // (4 * hf.config.num_attention_heads * (length + 1) ** 2))
             for (name, _, depth), group in todo.items():
-                prompts = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]
-                                        for t in group])
-                answers = [[dictionary.index(w) for w in t["answer"].split()] for t in group]
-                with torch.no_grad():
-                    out_ids = hf.generate(prompts, max_new_tokens=len(answers[0]), do_sample=False,
-                                          pad_token_id=dictionary.pad())
-                decoded = out_ids[:, prompts.size(1):].tolist()
+                decoded, answers = [], [[dictionary.index(w) for w in t["answer"].split()] for t in group]
+                for start in range(0, len(group), batch):
+                    prompts = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]
+                                            for t in group[start:start + batch]])
+                    with torch.no_grad():
+                        out_ids = hf.generate(prompts, max_new_tokens=len(answers[0]), do_sample=False,
+                                              pad_token_id=dictionary.pad())
+                    decoded += out_ids[:, prompts.size(1):].tolist()
                 correct = sum(decoded[i] == answers[i] for i in range(len(group)))
                 first = sum(decoded[i][0] == answers[i][0] for i in range(len(group)))
                 rows.append({"label": label or None, **scored, "scaling": scaling, "task": name, "length": length, "depth": depth, "n": len(group),
@@ -236,17 +274,20 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
 
 # The experiment runner's hooks (EXPERIMENTS["retrieval"]: Experiment.data, .scorer, .report).
 TASK_SEED, FRACTION, EXAMPLES = 1, 0.5, 20  # one task set for every training seed
+LONG_EXAMPLES = 10  # prompts per cell past 16L (half: issue 63 allows it, said in the README)
+MASK_BYTES = 2 ** 30  # score's batches: at most this much dense bias at once
 
 
-def made_otherwise(root, **wanted):
-    """What differs between the set `make` wrote in root (its made.json) and the one wanted, in one
-    line, or None: a set made with other options is never trained or scored on as this one."""
+def made_otherwise(root, made="made.json", **wanted):
+    """What differs between the set `make` wrote in root (its made.json, or made-long.json: the prompts
+    past 16L) and the one wanted, in one line, or None: a set made with other options is never trained
+    or scored on as this one."""
     from fairseq_alibi_lab.result_rows import options_changed
 
-    changed = options_changed(os.path.join(root, "made.json"), wanted)
+    changed = options_changed(os.path.join(root, made), wanted)
     if changed is None:
-        return f"{root} holds no readable made.json: move the folder away, and the set is made again"
-    return (f"{root} was made with {', '.join(f'{name} {made} (wanted {now})' for name, made, now in changed)}: "
+        return f"{root} holds no readable {made}: move the folder away, and the set is made again"
+    return (f"{root} was made with {', '.join(f'{name} {was} (wanted {now})' for name, was, now in changed)}: "
             "move the folder away, and the set is made again" if changed else None)
 
 
@@ -262,8 +303,11 @@ def prepare_data(runner):
     root = os.path.join("data-bin", f"retrieval-L{runner.length}-f{round(100 * FRACTION)}")  # another mixture, another set
     source = os.environ.get("WIKITEXT2_SOURCE") or os.path.join("..", "shared", "data", "wikitext-2")
     if not os.path.isfile(os.path.join(root, "test.jsonl")):
-        make(root, source, runner.length, FRACTION, TASK_SEED, EXAMPLES)
-    problem = made_otherwise(root, length=runner.length, fraction=FRACTION, seed=TASK_SEED, examples=EXAMPLES)
+        make(root, source, runner.length, FRACTION, TASK_SEED, EXAMPLES, LONG_EXAMPLES)
+    elif not os.path.isfile(os.path.join(root, LONG_TESTS)):  # a set made before the prompts past 16L
+        write_long_tests(root, source, runner.length, TASK_SEED, LONG_EXAMPLES)
+    problem = made_otherwise(root, length=runner.length, fraction=FRACTION, seed=TASK_SEED, examples=EXAMPLES) or \
+        made_otherwise(root, LONG_MADE, length=runner.length, seed=TASK_SEED, examples=LONG_EXAMPLES)
     if problem:
         raise SystemExit(f"error: {problem}")
     binarized = os.path.join(root, "bin")
@@ -314,6 +358,17 @@ def tests_of(data):
     return os.path.join(os.path.dirname(os.path.abspath(data)), "test.jsonl")
 
 
+def test_sets(data, length):
+    """[(test prompts file, the lengths its prompts have)] of a binarized retrieval set at training
+    length `length`: test.jsonl (L..16L) and, where made, test-long.jsonl (32L..128L)."""
+    tests = tests_of(data)
+    sets = [(tests, [m * length for m in MULTIPLES])]
+    long_tests = os.path.join(os.path.dirname(tests), LONG_TESTS)
+    if os.path.isfile(long_tests):
+        sets.append((long_tests, [m * length for m in LONG_MULTIPLES]))
+    return sets
+
+
 ROWS = "retrieval.jsonl"  # under the runner's OUT: what score_model appends to (the runner merges parallel parts' by it)
 
 
@@ -324,12 +379,21 @@ def score_model(runner, model, seed, checkpoint):
 
     out = os.path.join(runner.out, ROWS)
     before = os.path.getsize(out) if os.path.exists(out) else 0
-    done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "score", checkpoint, runner.data,
-                           tests_of(runner.data), out, "--label", model.label, "--scalings", "none", *model.scalings,
-                           "--lengths", *map(str, runner.model_lengths(model)), "--fields", runner.row_fields(checkpoint)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode:
-        raise SystemExit((done.stderr.strip().splitlines() or [f"error: scoring {model.label}'s retrieval failed"])[-1])
+    wanted, sets = runner.model_lengths(model), test_sets(runner.data, runner.length)
+    missing = sorted(set(wanted) - {length for _, lengths in sets for length in lengths})
+    if missing:
+        raise SystemExit(f"error: no test prompts of {' '.join(map(str, missing))} tokens beside {runner.data} "
+                         f"(test.jsonl: L..16L; {LONG_TESTS}: 32L..128L): leave --data out, and the set is completed")
+    for tests, lengths in sets:
+        asked = [length for length in wanted if length in lengths]
+        if not asked:
+            continue
+        done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "score", checkpoint, runner.data,
+                               tests, out, "--label", model.label, "--scalings", "none", *model.scalings,
+                               "--lengths", *map(str, asked), "--fields", runner.row_fields(checkpoint)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode:
+            raise SystemExit((done.stderr.strip().splitlines() or [f"error: scoring {model.label}'s retrieval failed"])[-1])
     return (os.path.getsize(out) if os.path.exists(out) else 0) > before
 
 
@@ -339,21 +403,23 @@ def write_floors(runner):
     from fairseq_alibi.tools.files import fingerprint
     from fairseq_alibi_lab.result_rows import read_rows
 
-    path, tests = os.path.join(runner.out, FLOOR_ROWS), tests_of(runner.data)
-    if os.path.exists(path):
-        held = {r.get("prompts_sha256") for r in read_rows(path)}
-        if held != {fingerprint(tests)}:
-            raise SystemExit(f"error: {path} holds the floors of other test prompts ({', '.join(map(str, held))}, now "
-                             f"{fingerprint(tests)}): move it away, or give another --out")
-        return
-    save_floors(tests, path)
+    path = os.path.join(runner.out, FLOOR_ROWS)
+    tests = {fingerprint(t): t for t, _ in test_sets(runner.data, runner.length)}
+    held = [r for r in read_rows(path)]
+    other = {r.get("prompts_sha256") for r in held} - set(tests)
+    if other:
+        raise SystemExit(f"error: {path} holds the floors of other test prompts ({', '.join(map(str, other))}, now "
+                         f"{', '.join(tests)}): move it away, or give another --out")
+    missing = [t for sha, t in tests.items() if sha not in {r.get("prompts_sha256") for r in held}]
+    if missing:  # a set's floors added beside those already there (the prompts past 16L, made later)
+        save_floors(missing, path, held)
 
 
-def save_floors(tests, path):
-    """floor_rows(tests) written whole to path."""
+def save_floors(tests, path, kept=()):
+    """The rows `kept`, then floor_rows of each test prompts file in tests, written whole to path."""
     from fairseq_alibi.tools.files import written_whole
 
-    rows = floor_rows(tests)
+    rows = [*kept, *(row for t in tests for row in floor_rows(t))]
     with written_whole(path) as partial, open(partial, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
 
@@ -738,6 +804,8 @@ def main(argv=None):
     m.add_argument("--fraction", type=float, default=FRACTION, help="the share of the training text that is retrieval examples")
     m.add_argument("--seed", type=int, default=TASK_SEED)
     m.add_argument("--examples", type=int, default=EXAMPLES, help="test prompts per task, length and depth")
+    m.add_argument("--long-examples", type=int, default=LONG_EXAMPLES,
+                   help=f"prompts per task, length and depth past 16L ({LONG_TESTS}; 0: none)")
     s = sub.add_parser("score", help="exact-match accuracy of a checkpoint on test prompts")
     s.add_argument("checkpoint")
     s.add_argument("data", help="the binarized data (its dict.txt is the checkpoint's)")
@@ -749,7 +817,7 @@ def main(argv=None):
     s.add_argument("--lengths", type=int, nargs="+", help="score only the prompts of these lengths")
     s.add_argument("--fields", default="{}", help="a JSON object of fields added to each row (the runner's)")
     f = sub.add_parser("floors", help="the floors of a test set, from its prompts (rows of their own)")
-    f.add_argument("tests", help="make's test.jsonl")
+    f.add_argument("tests", nargs="+", help=f"make's test.jsonl (and {LONG_TESTS})")
     f.add_argument("out", help="a new JSON-lines file (the runner's: OUT/floors.jsonl)")
     args = p.parse_args(argv)
     if args.command == "floors":
@@ -763,9 +831,9 @@ def main(argv=None):
             p.error(f"--length {args.length}: the tasks need at least {need} words (multikey's needles and question)")
         if not 0 < args.fraction < 1:
             p.error(f"--fraction must be between 0 and 1, got {args.fraction}")
-        if args.examples < 1:
-            p.error(f"--examples must be at least 1, got {args.examples}")
-        make(args.out, args.source, args.length, args.fraction, args.seed, args.examples)
+        if args.examples < 1 or args.long_examples < 0:
+            p.error(f"--examples must be at least 1 and --long-examples at least 0, got {args.examples} and {args.long_examples}")
+        make(args.out, args.source, args.length, args.fraction, args.seed, args.examples, args.long_examples)
     else:
         from fairseq_alibi_lab.result_rows import require_appendable, row_fields
 

@@ -25,7 +25,7 @@ def source(tmp_path_factory):
 
 def make(source, out, *flags):
     return run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "make", str(out), "--source", str(source),
-                "--length", "48", "--examples", "2", *flags])
+                "--length", "48", "--examples", "2", "--long-examples", "1", *flags])
 
 
 def test_make_is_deterministic_and_mixes_the_asked_share(source, tmp_path):
@@ -47,6 +47,31 @@ def test_make_is_deterministic_and_mixes_the_asked_share(source, tmp_path):
     assert all(line in it for line in original) and len(mixed) == len(original) + made["inserted"]
     for split in ("valid", "test"):
         assert (tmp_path / "a" / "text" / f"wiki.{split}.tokens").read_bytes() == (source / f"wiki.{split}.tokens").read_bytes()
+
+
+def test_prompts_past_16l_have_a_file_and_a_stream_of_their_own(source, tmp_path):
+    """make --long-examples N: test-long.jsonl holds N passkey and multi-key prompts per length 32L,
+    64L, 128L and depth, each holding its (odd-parity) answer as the asked needle; test.jsonl is
+    byte for byte the one made without them (the rows scored on it stay valid); a set made before
+    them is completed by write_long_tests, the same file as make's."""
+    from fairseq_alibi_lab.retrieval import DEPTHS, LONG_MULTIPLES, LONG_TASKS, floor_rows, made_otherwise, write_long_tests
+
+    make(source, tmp_path / "a", "--long-examples", "2")
+    make(source, tmp_path / "b", "--long-examples", "0")
+    assert (tmp_path / "a" / "test.jsonl").read_bytes() == (tmp_path / "b" / "test.jsonl").read_bytes()
+    assert not (tmp_path / "b" / "test-long.jsonl").exists()
+    tests = [json.loads(line) for line in (tmp_path / "a" / "test-long.jsonl").read_text().splitlines()]
+    assert sorted((t["task"], t["length"], t["depth"]) for t in tests) == sorted(
+        (task, 48 * m, d) for task in LONG_TASKS for m in LONG_MULTIPLES for d in DEPTHS for _ in range(2))
+    assert all(len(t["prompt"].split()) + 2 == t["length"] for t in tests)
+    assert all(sum(map(int, f"{int(a):02d}{int(b):02d}")) % 2 == 1 for a, b in (t["answer"].split() for t in tests))
+    floors = floor_rows(str(tmp_path / "a" / "test-long.jsonl"))  # refuses a prompt without its answer as a needle
+    assert {r["length"] for r in floors} == {48 * m for m in LONG_MULTIPLES}
+    assert max(r["max_distance"] for r in floors if r["depth"] == 0.0) > 48 * 100  # the far needles are far
+    write_long_tests(str(tmp_path / "b"), str(source), 48, 1, 2)
+    assert (tmp_path / "b" / "test-long.jsonl").read_bytes() == (tmp_path / "a" / "test-long.jsonl").read_bytes()
+    assert made_otherwise(str(tmp_path / "b"), "made-long.json", length=48, seed=1, examples=2) is None
+    assert "examples 2 (wanted 10)" in made_otherwise(str(tmp_path / "b"), "made-long.json", length=48, seed=1, examples=10)
 
 
 def test_a_set_made_with_other_options_is_named_not_reused(source, tmp_path):
@@ -127,7 +152,7 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     from fairseq_alibi.models.build import load_checkpoint
 
     root = tmp_path / "set"
-    make(source, root, "--length", "40")
+    make(source, root, "--length", "40", "--long-examples", "3")
     run(["fairseq-preprocess", "--only-source", "--srcdict", os.path.join(wt2_slice, "dict.txt"),
          "--trainpref", root / "text" / "wiki.train.tokens", "--validpref", root / "text" / "wiki.valid.tokens",
          "--destdir", root / "bin", "--workers", "2"])
@@ -171,7 +196,7 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     # The floors of the very test prompts, written once beside the rows, under every table, and the
     # needles past L (40 tokens) at 80 only.
     floors = [json.loads(line) for line in (out / "floors.jsonl").read_text().splitlines()]
-    assert {r["length"] for r in floors} == {40, 80, 160, 320, 640} and "| floor (from the prompts) |" in table
+    assert {r["length"] for r in floors} == {40, 80, 160, 320, 640, 1280, 2560, 5120} and "| floor (from the prompts) |" in table
     assert "needles past L only" in table
     perplexity = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
     assert {(r["l_valid"], r["scaling"]) for r in perplexity} == {(40, "none"), (80, "none"), (80, "ntk")}
@@ -192,6 +217,25 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     assert len(again) == 1 and {k: v for k, v in again[0].items() if k != "commit"} == {
         k: v for k, v in rows[0].items() if k != "commit"}
     assert {r["checkpoint"] for r in merged[len(rows):]} == {second, checkpoint}
+    # Past 16L (test-long.jsonl): the same scorer, each row fingerprinting its own prompts beside the rows
+    # of test.jsonl of the same checkpoint; prompts decoded one at a time (MASK_BYTES) as in one batch.
+    import fairseq_alibi_lab.retrieval as retrieval
+
+    long_tests = str(root / "test-long.jsonl")
+    run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "score", checkpoint, str(root / "bin"), long_tests,
+         str(out / "retrieval.jsonl"), "--label", "ALiBi", "--scalings", "none", "ntk", "--lengths", "1280"])
+    far = [json.loads(line) for line in (out / "retrieval.jsonl").read_text().splitlines()][len(merged):]
+    assert sorted((r["scaling"], r["task"], r["depth"]) for r in far) == sorted(
+        (s, t, d) for s in ("none", "ntk") for t in ("passkey", "multikey") for d in (0.0, 0.25, 0.5, 0.75, 1.0))
+    assert {(r["length"], r["n"], r["prompts_sha256"]) for r in far} == {(1280, 3, fingerprint(long_tests))}
+    retrieval.MASK_BYTES = 1  # one prompt at a time
+    try:
+        retrieval.score(checkpoint, str(root / "bin"), long_tests, str(tmp_path / "one.jsonl"), "ALiBi", ("none", "ntk"), [1280])
+    finally:
+        retrieval.MASK_BYTES = 2 ** 30
+    one = [json.loads(line) for line in (tmp_path / "one.jsonl").read_text().splitlines()]
+    kept = ("scaling", "task", "depth", "correct", "first_correct")
+    assert sorted(tuple(r[k] for k in kept) for r in one) == sorted(tuple(r[k] for k in kept) for r in far)
 
 
 def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
