@@ -33,6 +33,7 @@ import dataclasses
 import functools
 import os
 from fairseq_alibi_lab import results
+from fairseq_alibi_lab.gpt2_conversion import IMPORTED
 from fairseq_alibi_lab.retrieval import FLOOR, METRICS as RETRIEVAL_METRICS
 from fairseq_alibi_lab.results import one_line_on_disk_faults, written_whole
 
@@ -128,7 +129,7 @@ CONVERSION = (
           ("Converted + 200 distill", 16), "lower", declared="fde6ad2", after_data=True),
 )
 # A GPT-2 given ALiBi (gpt2-alibi): its GPT-2's learned positions end at L, so the GPT-2 is compared at L.
-IMPORTED, CONTINUED = "GPT-2 (imported)", "GPT-2 continued"
+CONTINUED = "GPT-2 continued"
 CONVERTED, CE, DISTILLED = ("GPT-2 -> ALiBi, converted", "GPT-2 -> ALiBi, recovered",
                             "GPT-2 -> ALiBi, recovered with distillation")
 GPT2_ALIBI = (

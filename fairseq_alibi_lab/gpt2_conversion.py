@@ -19,6 +19,7 @@ import sys
 
 from fairseq_alibi_lab import recipes
 
+IMPORTED = "GPT-2 (imported)"  # the imported checkpoint's label, in every experiment and claim that names it
 
 def paths(runner, seed):
     standin = os.path.join(runner.checkpoints, f"gpt2-standin-L{runner.length}-s{seed}")

@@ -38,7 +38,7 @@ register("gpt2-alibi", Experiment(
     "A GPT-2 (learned positions) trained with transformers at L=64 stands in for a downloaded gpt2: imported, "
     "given ALiBi, recovered for 200 updates with and without distillation from itself, against the GPT-2 "
     "continued for the same 200 updates and the comparison's ALiBi trained from scratch.",
-    (Model("GPT-2 (imported)", "", start="gpt2", longest=1),
+    (Model(gpt2_conversion.IMPORTED, "", start="gpt2", longest=1),
      Model("GPT-2 continued", "learned", start="gpt2", longest=1),
      Model("GPT-2 -> ALiBi, converted", "", start="converted"),
      Model("GPT-2 -> ALiBi, recovered", "alibi", start="converted"),

@@ -11,7 +11,7 @@ from fairseq_alibi_lab import gpt2_conversion
 from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register
 
 PEAKS = ("0.001", "0.0003", "0.0001")  # no re-warm-up: the peak from the first update, linear decay to 0
-IMPORTED = "GPT-2 (imported)"
+IMPORTED = gpt2_conversion.IMPORTED
 
 
 def continued(peak):
