@@ -8,7 +8,9 @@ Both share their GPT-2 stand-ins (checkpoints/gpt2-alibi-2)."""
 import os
 
 from fairseq_alibi_lab import gpt2_conversion
-from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register
+from fairseq_alibi_lab.claims import CE_D, CONTINUED_D, DISTILLED_D, SCRATCH_D
+from fairseq_alibi_lab.experiments.alibi_conversion import DISTILLATION
+from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register, slug
 
 PEAKS = ("0.001", "0.0003", "0.0001")  # no re-warm-up: the peak from the first update, linear decay to 0
 IMPORTED = gpt2_conversion.IMPORTED
@@ -76,3 +78,23 @@ def wall_time(rows, out):
     with written_whole(os.path.join(out, "wall_time.md")) as partial, open(partial, "w") as f:
         f.write(text)
     return text
+
+
+# gpt2-schedule's choice: chosen_peak of its committed rows (examples/wikitext2/results/gpt2-schedule;
+# tests/lab/test_conversion.py checks that they give this peak).
+PEAK = "0.0001"
+SCHEDULE = ("--lr", PEAK, "--warmup-updates", "0")
+
+register("gpt2-alibi-2", Experiment(
+    "gpt2-alibi again, deconfounded: the imported GPT-2 continued, and its ALiBi conversion fine-tuned with cross "
+    f"entropy and with distillation from it, each for 200 updates with gpt2-schedule's choice (no warm-up, peak {PEAK}, "
+    "linear decay to 0), beside ALiBi trained from scratch in the GPT-2's layout for 1600 updates (the stand-in's "
+    "1400 + 200); nonoverlapping and sliding; each training's wall time.",
+    (Model(IMPORTED, "", start="gpt2", longest=1),
+     # seed 1 is gpt2-schedule's run of this peak (same start, flags and updates): trained once
+     Model(CONTINUED_D, "learned", SCHEDULE, start="gpt2", longest=1, directory=slug(continued(PEAK))),
+     Model(CE_D, "alibi", SCHEDULE, start="converted"),
+     Model(DISTILLED_D, "alibi", SCHEDULE + DISTILLATION, start="converted"),
+     Model(SCRATCH_D, "alibi", updates=1600)),
+    recipe="gpt2_small", updates=200, checkpoints="gpt2-alibi-2",
+    stages=Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates, report=wall_time)))

@@ -422,6 +422,19 @@ def test_gpt2_schedules_rule_picks_the_highest_peak_that_does_not_set_the_gpt2_b
         chosen_peak(rows(200.0, 210.0))
 
 
+def test_gpt2_alibi_2_fine_tunes_with_the_peak_gpt2_schedules_committed_rows_chose():
+    """The declared schedule of gpt2-alibi-2 is the rule's answer on gpt2-schedule's committed rows, and
+    every fine-tune of gpt2-alibi-2 takes it (no warm-up, that peak)."""
+    from fairseq_alibi_lab.experiments import EXPERIMENTS
+    from fairseq_alibi_lab.experiments.gpt2_deconfounded import PEAK, chosen_peak
+    from fairseq_alibi_lab.result_rows import read_rows
+
+    rows = read_rows(os.path.join(REPO, "examples", "wikitext2", "results", "gpt2-schedule", "results.jsonl"))
+    assert chosen_peak(rows) == PEAK
+    tuned = [m for m in EXPERIMENTS["gpt2-alibi-2"].models if m.start and m.method]
+    assert len(tuned) == 3 and all(" ".join(m.flags).startswith(f"--lr {PEAK} --warmup-updates 0") for m in tuned)
+
+
 def test_the_deconfounded_experiments_wall_time_table_takes_each_trainings_longest_call(tmp_path):
     """wall_time against the files by hand: per model, the longest successful measured call of each
     seed's training, mean ± std over seeds; untrained rows (updates 0) and unmeasured runs left out;
