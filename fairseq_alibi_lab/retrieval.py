@@ -370,12 +370,19 @@ def test_sets(data, length):
 
 
 ROWS = "retrieval.jsonl"  # under the runner's OUT: what score_model appends to (the runner merges parallel parts' by it)
+# The loss along the same axis: a model scored past 16L also gets its perplexity at each position of a
+# window of its longest length (by_position.py, blocks from BY_POSITION_OFFSETS offsets: about 50
+# validation tokens at each position at 8,192), unscaled.
+BY_POSITION_ROWS, BY_POSITION_OFFSETS = "by_position.jsonl", 2
 
 
 def score_model(runner, model, seed, checkpoint):
     """The model's retrieval accuracy into OUT/retrieval.jsonl (what it lacks), in a process of its
-    own (the runner imports no fairseq); True if it scored anything."""
+    own (the runner imports no fairseq), and past 16L its loss by position (OUT/by_position.jsonl);
+    True if it scored any retrieval."""
     import subprocess
+
+    from fairseq_alibi_lab.result_rows import read_rows
 
     out = os.path.join(runner.out, ROWS)
     before = os.path.getsize(out) if os.path.exists(out) else 0
@@ -394,6 +401,15 @@ def score_model(runner, model, seed, checkpoint):
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode:
             raise SystemExit((done.stderr.strip().splitlines() or [f"error: scoring {model.label}'s retrieval failed"])[-1])
+    window = max(wanted)
+    if window > max(MULTIPLES) * runner.length and not any(
+            r.get("checkpoint") == checkpoint and r.get("length") == window for r in read_rows(os.path.join(runner.out, BY_POSITION_ROWS))):
+        done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.by_position", checkpoint, runner.data, "--length",
+                               str(window), "--offsets", str(BY_POSITION_OFFSETS), "--batch", "1", "--out",
+                               os.path.join(runner.out, BY_POSITION_ROWS), "--label", model.label, "--fields",
+                               runner.row_fields(checkpoint)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode:
+            raise SystemExit((done.stderr.strip().splitlines() or [f"error: {model.label}'s loss by position failed"])[-1])
     return (os.path.getsize(out) if os.path.exists(out) else 0) > before
 
 
@@ -639,6 +655,19 @@ def report(rows, out):
                 lines.append(f"| {name} | " + " | ".join(shown(values.get(b), 1, 100) for b in bins) + " |")
             lines += ["| floor (from the prompts) | " + " | ".join(
                 "-" if b not in floor.get(task, {}) else f"{100 * floor[task][b]:.2f}" for b in bins) + " |", ""]
+    windows = [r for r in read_rows(os.path.join(out, BY_POSITION_ROWS)) if r.get("checkpoint") in checkpoints]
+    context = by_context(windows)
+    if context:
+        bins = sorted({b for values in context.values() for b in values})
+        lines += [f"## Perplexity by tokens of context (validation, a window of {max(r['length'] for r in windows)} tokens, "
+                  f"`{BY_POSITION_ROWS}`)", "",
+                  "Each position p of the window (p tokens before it) in the bin of p, its perplexity averaged in log "
+                  "space, mean ± std over seeds; unscaled.", "",
+                  "| model | " + " | ".join("0-1" if b == 0 else f"{2 ** b}-{2 ** (b + 1) - 1}" for b in bins) + " |",
+                  "|---" * (len(bins) + 1) + "|"]
+        for name, values in context.items():
+            lines.append(f"| {name} | " + " | ".join(shown(values.get(b), 1) for b in bins) + " |")
+        lines.append("")
     text = ("# Retrieval: accuracy (%), mean over the depths, mean ± std over seeds\n\n"
             "Exact match of the two-word key, then of its first word alone; beside each model, the same "
             "checkpoints' validation perplexity in blocks of L (nonoverlapping). Under each table the floors "
@@ -653,6 +682,8 @@ def report(rows, out):
         heatmaps([r for r in scored if metric in r], out, metric, suffix)
         if metric in distances:
             distance_figure(*distances[metric], out, metric, suffix, train_length)
+    if context:
+        context_figure(context, out, train_length)
     return text
 
 
@@ -750,6 +781,58 @@ def distance_figure(models, floor, out, metric, suffix, train_length):
                     f"{', '.join(f'{r:g}' for r in reaches)} tokens); solid, L = {train_length}", fontsize=7)
     path = os.path.join(out, f"retrieval_distance{suffix}.png")
     with written_whole(path) as partial:
+        figure.savefig(partial, format="png", dpi=120)
+    plt.close(figure)
+
+
+def by_context(rows):
+    """{name: {bin: each seed's perplexity}}: by_position rows' perplexity at each position p (p tokens of
+    context) placed in distance_bin(p), the bin's positions averaged in log space, per checkpoint (the
+    last row of one wins)."""
+    import math
+
+    last = {(r.get("label") or r["model"], r["checkpoint"]): r["perplexity_by_position"] for r in rows}
+    context = {}
+    for (name, _), by_position in last.items():
+        bins = {}
+        for p, value in enumerate(by_position):
+            bins.setdefault(distance_bin(p), []).append(math.log(value))
+        for b, logs in bins.items():
+            context.setdefault(name, {}).setdefault(b, []).append(math.exp(sum(logs) / len(logs)))
+    return context
+
+
+def context_figure(context, out, train_length):
+    """OUT/perplexity_by_context.png: by_context's perplexity against the tokens of context (mean over
+    seeds), one panel per family of models, ALiBi's head reaches dotted, L solid."""
+    from fairseq_alibi.alibi_bias import alibi_slopes
+    from fairseq_alibi.tools.files import written_whole
+    from fairseq_alibi_lab.results import pyplot
+
+    families = [group for group in FAMILIES if group in {family(n) for n in context}]
+    plt = pyplot()
+    figure, axes = plt.subplots(1, len(families), figsize=(3.2 * len(families), 2.8), squeeze=False, sharey=True,
+                                layout="constrained")
+    reaches = [1 / m for m in alibi_slopes(HEADS)]
+    for axis, group in zip(axes[0], families):
+        for reach in reaches:
+            axis.axvline(reach, color="0.8", linestyle=":", linewidth=0.8)
+        axis.axvline(train_length, color="0.5", linewidth=0.8)
+        for name, values in context.items():
+            if family(name) == group:
+                bins = sorted(values)
+                axis.plot([2 ** (b + 0.5) for b in bins], [sum(values[b]) / len(values[b]) for b in bins], marker="o",
+                          markersize=2.5, linewidth=1, label=name)
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.tick_params(labelsize=6)
+        axis.set_title(group, fontsize=7)
+        axis.set_xlabel("tokens of context (position in the window)", fontsize=6)
+        axis.legend(fontsize=5)
+    axes[0][0].set_ylabel("validation perplexity", fontsize=6)
+    figure.suptitle(f"Perplexity by tokens of context: mean over seeds; dotted, ALiBi's head reaches 1/m; solid, "
+                    f"L = {train_length}", fontsize=7)
+    with written_whole(os.path.join(out, "perplexity_by_context.png")) as partial:
         figure.savefig(partial, format="png", dpi=120)
     plt.close(figure)
 

@@ -375,8 +375,8 @@ class Runner:
             raise SystemExit("error: some runs failed:\n  " + "\n  ".join(failed))
 
     def scored_files(self):
-        """The files under OUT that rows go to: results.jsonl, and the scorer's own (its ROWS)."""
-        return (os.path.basename(self.results), *((self.stages.rows,) if self.stages.rows else ()))
+        """The files under OUT that rows go to: results.jsonl, and the scorer's own (Stages.rows)."""
+        return (os.path.basename(self.results), *self.stages.rows)
 
     def start_part(self, model, seed, part):
         """A part begins with the rows OUT already holds for its (model, seed), and the floor's, so

@@ -26,7 +26,7 @@ register("conversion", Experiment(
      Model("ALiBi from scratch (1600)", "alibi", KEEP_EVERY_50, directory="alibi", plus="teacher")),
     updates=200,
     stages=Stages(prepared=conversion.checkpoint, prepared_updates=conversion.updates, score=conversion.score_model,
-                  rows=conversion.ROWS, report=conversion.report)))
+                  rows=(conversion.ROWS,), report=conversion.report)))
 
 
 # The conversion of a GPT-2 (issue 44's experiment): its fine-tunes take 200 updates (the conversion's

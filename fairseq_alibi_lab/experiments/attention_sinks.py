@@ -12,4 +12,4 @@ register("streaming", Experiment(
     "tokens), valid beside nonoverlapping blocks at L, a sliding window of stride L/2 and fairseq-eval-lm's exact "
     "sliding window (stride 1: 32 times the sliding window's cost, 15-30 minutes a model on a 2-core CPU, two at once).",
     (Model("ALiBi", "alibi"), Model("Rotary", "rotary"), SINUSOIDAL), multiples=(1,), strides=("0", "/2", "1"),
-    stages=Stages(score=stream_eval.score_model, rows=stream_eval.ROWS, report=stream_eval.report)))
+    stages=Stages(score=stream_eval.score_model, rows=(stream_eval.ROWS,), report=stream_eval.report)))

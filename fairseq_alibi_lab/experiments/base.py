@@ -53,7 +53,7 @@ class Stages:
     prepared_updates: Optional[Callable] = None  # prepared_updates(name, run, seed) -> its training updates
     floors: Optional[Callable] = None  # floors(run): the task's own floor rows, beside the unigram row
     score: Optional[Callable] = None  # score(run, model, seed, checkpoint) -> True if it scored anything
-    rows: str = ""  # the file under OUT that `score` appends to (merged from parallel parts by name)
+    rows: tuple = ()  # the files under OUT that `score` appends to (merged from parallel parts by name)
     report: Optional[Callable] = None  # report(rows, out) -> a table of its own from the declared runs' rows
 
 

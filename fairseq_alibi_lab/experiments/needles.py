@@ -27,4 +27,4 @@ register("retrieval", Experiment(
      Model("FoX (forget gate)", "fox", multiples=PAST_FIELD)),
     strides=("0",), updates=5600,
     stages=Stages(data=retrieval.prepare_data, data_problem=retrieval.data_problem, floors=retrieval.write_floors,
-                  score=retrieval.score_model, rows=retrieval.ROWS, report=retrieval.report)))
+                  score=retrieval.score_model, rows=(retrieval.ROWS, retrieval.BY_POSITION_ROWS), report=retrieval.report)))

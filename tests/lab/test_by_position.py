@@ -39,6 +39,30 @@ def test_each_position_is_the_tokens_own_window_computed_alone(arch):
     assert len({round(v, 6) for v in got.tolist()}) == length  # each position its own number, not one mean
 
 
+def test_fewer_offsets_average_the_tokens_that_fell_at_each_position():
+    """--offsets N: blocks start at k x L // N only; each position is the mean over the kept tokens
+    that sat there, each from its own window computed alone; offsets = L is the default."""
+    torch.manual_seed(0)
+    model, _ = build_model(extra=TINY)
+    targets = torch.randint(4, 54, (40,))
+    inputs = torch.cat([targets.new_tensor([2]), targets[:-1]])
+    length, n = 6, 40
+    full, _ = loss_by_position(model, inputs, targets, length, batch=3)
+    assert loss_by_position(model, inputs, targets, length, batch=3, offsets=length)[0].tolist() == full.tolist()
+    got, tokens = loss_by_position(model, inputs, targets, length, batch=2, offsets=2)
+    sums, counts = [0.0] * length, [0] * length
+    with torch.no_grad():
+        for offset in (0, 3):
+            for start in range(offset, n - length + 1, length):
+                logp = model.get_normalized_probs(model(inputs[None, start:start + length]), log_probs=True)[0]
+                for p in range(length):
+                    if length - 1 <= start + p <= n - length:
+                        sums[p] -= logp[p, targets[start + p]].item()
+                        counts[p] += 1
+    assert got.tolist() == pytest.approx([s / c for s, c in zip(sums, counts)], rel=1e-5)
+    assert tokens == min(counts)
+
+
 def test_too_short_a_text_is_refused():
     model, _ = build_model(extra=TINY)
     with pytest.raises(ValueError, match="at least 11 are needed"):

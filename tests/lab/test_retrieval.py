@@ -221,10 +221,16 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     # of test.jsonl of the same checkpoint; prompts decoded one at a time (MASK_BYTES) as in one batch.
     import fairseq_alibi_lab.retrieval as retrieval
 
+    # Past 16L the runner also writes the loss at each position of the longest window (by_position.jsonl).
     long_tests = str(root / "test-long.jsonl")
-    run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "score", checkpoint, str(root / "bin"), long_tests,
-         str(out / "retrieval.jsonl"), "--label", "ALiBi", "--scalings", "none", "ntk", "--lengths", "1280"])
+    lengths = command.index("--lengths")
+    run([*command[:lengths + 1], "40", "80", "1280", *command[lengths + 3:]])
     far = [json.loads(line) for line in (out / "retrieval.jsonl").read_text().splitlines()][len(merged):]
+    (window,) = [json.loads(line) for line in (out / "by_position.jsonl").read_text().splitlines()]
+    assert (window["label"], window["checkpoint"], window["length"], window["offsets"]) == ("ALiBi", checkpoint, 1280, 2)
+    assert len(window["perplexity_by_position"]) == 1280 and window["checkpoint_sha256"] == fingerprint(checkpoint)
+    assert "## Perplexity by tokens of context" in (out / "retrieval.md").read_text()
+    assert (out / "perplexity_by_context.png").exists()
     assert sorted((r["scaling"], r["task"], r["depth"]) for r in far) == sorted(
         (s, t, d) for s in ("none", "ntk") for t in ("passkey", "multikey") for d in (0.0, 0.25, 0.5, 0.75, 1.0))
     assert {(r["length"], r["n"], r["prompts_sha256"]) for r in far} == {(1280, 3, fingerprint(long_tests))}
@@ -427,3 +433,25 @@ def test_accuracy_by_distance_bins_each_group_by_its_needles_distance_then_avera
     # bin 5: random needle (0.3 + 0.5) / 2 = 0.4, nearest (0.1 + 0.7) / 2 = 0.4; bin 6: random 0.2
     assert floors_by_bin["multikey"] == pytest.approx({5: 0.4, 6: 0.2})
     assert floors_by_bin["passkey"] == pytest.approx({5: 0.01})  # one needle: copying it is the task, chance only
+
+
+def test_perplexity_by_context_bins_positions_by_their_tokens_of_context_in_log_space():
+    """by_context against the rule by hand: position p (p tokens before it) in bin floor(log2 p) (0 with
+    1), the bin's perplexities averaged in log space, one value per checkpoint; the last row of a
+    checkpoint wins."""
+    import math
+
+    from fairseq_alibi_lab.retrieval import by_context
+
+    def row(checkpoint, values, label="ALiBi"):
+        return {"label": label, "checkpoint": checkpoint, "perplexity_by_position": values}
+
+    rows = [row("a", [9.0] * 6), row("a", [100.0, 50.0, 20.0, 10.0, 40.0, 5.0]), row("b", [1.0, 1.0, 4.0, 16.0, 2.0, 8.0]),
+            row("c", [3.0] * 6, "NoPE")]
+    got = by_context(rows)
+    assert set(got) == {"ALiBi", "NoPE"}
+    # bins: 0 <- positions 0, 1; 1 <- 2, 3; 2 <- 4, 5
+    assert got["ALiBi"][0] == pytest.approx([math.sqrt(100 * 50), 1.0])
+    assert got["ALiBi"][1] == pytest.approx([math.sqrt(20 * 10), math.sqrt(4 * 16)])
+    assert got["ALiBi"][2] == pytest.approx([math.sqrt(40 * 5), math.sqrt(2 * 8)])
+    assert got["NoPE"] == {b: pytest.approx([3.0]) for b in (0, 1, 2)}
