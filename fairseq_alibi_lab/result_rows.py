@@ -252,6 +252,30 @@ def retire(out, names, checkpoints, why):
     return moved
 
 
+# A row's scoring (what identifies it within its checkpoint's rows) and what it measured, by kind: a
+# perplexity row, a retrieval row.
+SCORING = {"perplexity": (("split", "l_valid", "stride", "scaling"), ("perplexity",)),
+           "retrieval": (("scaling", "task", "length", "depth"), ("correct", "first_correct"))}
+
+
+def retraining_differences(retired, rows):
+    """[(checkpoint, scoring, retired values, new values)] for each retired row whose checkpoint was
+    trained again on the same machine (a row of `rows` of the same checkpoint path, machine and
+    scoring) and measured otherwise; rows without a replacement are not compared."""
+    def index(of):
+        found = {}
+        for r in of:
+            kind = "retrieval" if "task" in r else "perplexity"
+            keys, measured = SCORING[kind]
+            if r.get("checkpoint") and all(m in r for m in measured):
+                found[(r["checkpoint"], r.get("machine"), tuple(r.get(k) for k in keys))] = tuple(r[m] for m in measured)
+        return found
+    new = index(rows)
+    return [(checkpoint, scoring, values, new[(checkpoint, machine, scoring)])
+            for (checkpoint, machine, scoring), values in index(retired).items()
+            if (checkpoint, machine, scoring) in new and new[(checkpoint, machine, scoring)] != values]
+
+
 # What a committed model row must record of what it measured (beside results.ROW_IDENTITY): the
 # checkpoint file's fingerprint, the scored data's (a retrieval row: its test prompts' and the
 # training mixture's) and the runner's --train-flags it was trained with. A row scored before a field

@@ -711,7 +711,8 @@ def by_distance(scored, floors, metric):
     """({task: {name: {bin: each seed's value}}}, {task: {bin: the floor}}): each scored group (task,
     length, depth) placed by its asked needles' distance from the question in tokens (the mean of the
     group's least and greatest, from the floor rows) in a distance_bin; each seed's groups in a bin
-    averaged. The floor of a bin is the best, over the bin's groups, of the answerers
+    averaged, over the groups every seed of the model has (a seed scored at more lengths than the
+    others, a run in progress, adds nothing to its bins until they are scored there too). The floor of a bin is the best, over the bin's groups, of the answerers
     that do not pick the asked needle out (floor_cells' rule, the bin in place of a length)."""
     from fairseq_alibi_lab.results import method_name
 
@@ -719,6 +720,11 @@ def by_distance(scored, floors, metric):
              for r in floors}
     last = {(r["task"], method_name(r), r["checkpoint"], r["length"], r["depth"]): r[metric] for r in scored
             if r.get(metric) is not None and (r["task"], r["length"], r["depth"]) in where}
+    groups = {}  # (task, name) -> {checkpoint: its (length, depth) groups}
+    for task, name, checkpoint, length, depth in last:
+        groups.setdefault((task, name), {}).setdefault(checkpoint, set()).add((length, depth))
+    common = {key: set.intersection(*runs.values()) for key, runs in groups.items()}
+    last = {key: value for key, value in last.items() if key[3:] in common[key[:2]]}
     per_seed = {}
     for (task, name, checkpoint, length, depth), value in last.items():
         per_seed.setdefault((task, name, where[(task, length, depth)]), {}).setdefault(checkpoint, []).append(value)

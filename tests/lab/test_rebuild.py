@@ -204,3 +204,24 @@ def test_committed_rows_of_one_checkpoint_agree_on_what_it_was():
                             first = seen.setdefault((row["checkpoint"], field), (row[field], number))
                             assert first[0] == row[field], (f"{os.path.relpath(folder, REPO)}/{name} line {number}: "
                                                             f"{field} {row[field]!r} of {row['checkpoint']}, line {first[1]}: {first[0]!r}")
+
+
+def test_a_cpu_cell_trained_again_on_its_cpu_type_measures_what_its_retired_rows_did():
+    """Issue 63 item 5: a retrieval checkpoint trained again (its first rows retired) on the same CPU
+    type, one thread, gives every retired row's numbers digit for digit (perplexity; correct keys and
+    first words). GPU trainings (scale2's) are not held to it, and the rule itself is checked on rows by hand."""
+    from fairseq_alibi_lab.result_rows import read_rows, retraining_differences
+
+    base = {"checkpoint": "c/s2.pt", "machine": "AMD EPYC, 2 cores"}
+    old = [dict(base, split="valid", l_valid=64, stride=0, scaling="none", perplexity=167.77),
+           dict(base, scaling="none", task="passkey", length=64, depth=0.0, correct=3, first_correct=19),
+           dict(base, scaling="none", task="passkey", length=128, depth=0.0, correct=1, first_correct=20)]
+    new = [old[0], dict(old[1], first_correct=18), dict(old[2], machine="Intel(R) Xeon(R) Processor, 2 cores", correct=0)]
+    assert retraining_differences(old, new) == [("c/s2.pt", ("none", "passkey", 64, 0.0), (3, 19), (3, 18))]
+    folder = os.path.join(REPO, RESULTS, "retrieval")
+    retired = read_rows(os.path.join(folder, "retired.jsonl"))
+    assert retired and "NVIDIA" not in " ".join(str(r.get("machine")) for r in retired)
+    rows = read_rows(os.path.join(folder, "results.jsonl")) + read_rows(os.path.join(folder, "retrieval.jsonl"))
+    assert retraining_differences(retired, rows) == []
+    replaced = {r["checkpoint"] for r in rows} & {r["checkpoint"] for r in retired}
+    assert replaced  # something was compared
