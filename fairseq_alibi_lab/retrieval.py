@@ -421,12 +421,12 @@ def write_floors(runner):
 
     path = os.path.join(runner.out, FLOOR_ROWS)
     tests = {fingerprint(t): t for t, _ in test_sets(runner.data, runner.length)}
-    held = [r for r in read_rows(path)]
-    other = {r.get("prompts_sha256") for r in held} - set(tests)
-    if other:
-        raise SystemExit(f"error: {path} holds the floors of other test prompts ({', '.join(map(str, other))}, now "
-                         f"{', '.join(tests)}): move it away, or give another --out")
-    missing = [t for sha, t in tests.items() if sha not in {r.get("prompts_sha256") for r in held}]
+    held = read_rows(path)
+    prompts = {r.get("prompts_sha256") for r in held}
+    if prompts - set(tests):
+        raise SystemExit(f"error: {path} holds the floors of other test prompts ({', '.join(map(str, prompts - set(tests)))}, "
+                         f"now {', '.join(tests)}): move it away, or give another --out")
+    missing = [t for sha, t in tests.items() if sha not in prompts]
     if missing:  # a set's floors added beside those already there (the prompts past 16L, made later)
         save_floors(missing, path, held)
 
@@ -741,6 +741,13 @@ def by_distance(scored, floors, metric):
     return models, floor
 
 
+def mark_the_field(axis, reaches, train_length):
+    """Each ALiBi head's reach dotted and the training length solid, on a panel whose x is tokens."""
+    for reach in reaches:
+        axis.axvline(reach, color="0.8", linestyle=":", linewidth=0.8)
+    axis.axvline(train_length, color="0.5", linewidth=0.8)
+
+
 def distance_figure(models, floor, out, metric, suffix, train_length):
     """OUT/retrieval_distance<suffix>.png: the metric against the asked needle's distance from the
     question in tokens (by_distance's bins, the mean over the seeds), one row of panels per task and one panel per
@@ -762,9 +769,7 @@ def distance_figure(models, floor, out, metric, suffix, train_length):
     for i, task in enumerate(tasks):
         for j, group in enumerate(families):
             axis = axes[i][j]
-            for reach in reaches:
-                axis.axvline(reach, color="0.8", linestyle=":", linewidth=0.8)
-            axis.axvline(train_length, color="0.5", linewidth=0.8)
+            mark_the_field(axis, reaches, train_length)
             bins = sorted(floor.get(task, {}))
             axis.plot([2 ** (b + 0.5) for b in bins], [100 * floor[task][b] for b in bins], "k--", linewidth=1,
                       label="floor (from the prompts)")
@@ -821,9 +826,7 @@ def context_figure(context, out, train_length):
                                 layout="constrained")
     reaches = [1 / m for m in alibi_slopes(HEADS)]
     for axis, group in zip(axes[0], families):
-        for reach in reaches:
-            axis.axvline(reach, color="0.8", linestyle=":", linewidth=0.8)
-        axis.axvline(train_length, color="0.5", linewidth=0.8)
+        mark_the_field(axis, reaches, train_length)
         for name, values in context.items():
             if family(name) == group:
                 bins = sorted(values)
