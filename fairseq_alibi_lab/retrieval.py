@@ -658,12 +658,15 @@ def report(rows, out):
     windows = [r for r in read_rows(os.path.join(out, BY_POSITION_ROWS)) if r.get("checkpoint") in checkpoints]
     context = by_context(windows)
     if context:
-        bins = sorted({b for values in context.values() for b in values})
+        bins = sorted({b for values in context.values() for b in values})  # the halves first
         lines += [f"## Perplexity by tokens of context (validation, a window of {max(r['length'] for r in windows)} tokens, "
                   f"`{BY_POSITION_ROWS}`)", "",
                   "Each position p of the window (p tokens before it) in the bin of p, its perplexity averaged in log "
-                  "space, mean ± std over seeds; unscaled.", "",
-                  "| model | " + " | ".join("0-1" if b == 0 else f"{2 ** b}-{2 ** (b + 1) - 1}" for b in bins) + " |",
+                  "space, mean ± std over seeds; unscaled. Blocks start at 2 offsets (0 and half the window), so a "
+                  "token sits at p and p + half: the two halves average the same tokens, while neighbouring bins "
+                  "average different ones.", "",
+                  "| model | " + " | ".join({FIRST_HALF: "first half", SECOND_HALF: "second half"}.get(b) or (
+                      "0-1" if b == 0 else f"{2 ** b}-{2 ** (b + 1) - 1}") for b in bins) + " |",
                   "|---" * (len(bins) + 1) + "|"]
         for name, values in context.items():
             lines.append(f"| {name} | " + " | ".join(shown(values.get(b), 1) for b in bins) + " |")
@@ -805,12 +808,18 @@ def by_context(rows):
     last = {(r.get("label") or r["model"], r["checkpoint"]): r["perplexity_by_position"] for r in rows}
     context = {}
     for (name, _), by_position in last.items():
-        bins = {}
+        bins, half = {}, len(by_position) // 2
         for p, value in enumerate(by_position):
             bins.setdefault(distance_bin(p), []).append(math.log(value))
+            # Blocks from 2 offsets, 0 and half the window, put each token at p and p + half: the
+            # window's two halves average the same tokens, the one comparison of context alone.
+            bins.setdefault(FIRST_HALF if p < half else SECOND_HALF, []).append(math.log(value))
         for b, logs in bins.items():
             context.setdefault(name, {}).setdefault(b, []).append(math.exp(sum(logs) / len(logs)))
     return context
+
+
+FIRST_HALF, SECOND_HALF = -2, -1  # by_context's keys for the window's halves, beside its bins (0, 1, ...)
 
 
 def context_figure(context, out, train_length):
@@ -829,7 +838,7 @@ def context_figure(context, out, train_length):
         mark_the_field(axis, reaches, train_length)
         for name, values in context.items():
             if family(name) == group:
-                bins = sorted(values)
+                bins = sorted(b for b in values if b >= 0)
                 axis.plot([2 ** (b + 0.5) for b in bins], [sum(values[b]) / len(values[b]) for b in bins], marker="o",
                           markersize=2.5, linewidth=1, label=name)
         axis.set_xscale("log", base=2)

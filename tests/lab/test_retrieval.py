@@ -445,7 +445,7 @@ def test_perplexity_by_context_bins_positions_by_their_tokens_of_context_in_log_
     checkpoint wins."""
     import math
 
-    from fairseq_alibi_lab.retrieval import by_context
+    from fairseq_alibi_lab.retrieval import FIRST_HALF, SECOND_HALF, by_context
 
     def row(checkpoint, values, label="ALiBi"):
         return {"label": label, "checkpoint": checkpoint, "perplexity_by_position": values}
@@ -458,4 +458,7 @@ def test_perplexity_by_context_bins_positions_by_their_tokens_of_context_in_log_
     assert got["ALiBi"][0] == pytest.approx([math.sqrt(100 * 50), 1.0])
     assert got["ALiBi"][1] == pytest.approx([math.sqrt(20 * 10), math.sqrt(4 * 16)])
     assert got["ALiBi"][2] == pytest.approx([math.sqrt(40 * 5), math.sqrt(2 * 8)])
-    assert got["NoPE"] == {b: pytest.approx([3.0]) for b in (0, 1, 2)}
+    assert got["NoPE"] == {b: pytest.approx([3.0]) for b in (0, 1, 2, FIRST_HALF, SECOND_HALF)}
+    # the halves: positions 0-2 and 3-5
+    assert got["ALiBi"][FIRST_HALF] == pytest.approx([(100 * 50 * 20) ** (1 / 3), 4 ** (1 / 3)])
+    assert got["ALiBi"][SECOND_HALF] == pytest.approx([(10 * 40 * 5) ** (1 / 3), (16 * 2 * 8) ** (1 / 3)])
