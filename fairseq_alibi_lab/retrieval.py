@@ -380,8 +380,6 @@ def score_model(runner, model, seed, checkpoint):
     """The model's retrieval accuracy into OUT/retrieval.jsonl (what it lacks), in a process of its
     own (the runner imports no fairseq), and past 16L its loss by position (OUT/by_position.jsonl);
     True if it scored any retrieval."""
-    import subprocess
-
     from fairseq_alibi_lab.result_rows import read_rows
 
     out = os.path.join(runner.out, ROWS)
@@ -395,22 +393,27 @@ def score_model(runner, model, seed, checkpoint):
         asked = [length for length in wanted if length in lengths]
         if not asked:
             continue
-        done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "score", checkpoint, runner.data,
-                               tests, out, "--label", model.label, "--scalings", "none", *model.scalings,
-                               "--lengths", *map(str, asked), "--fields", runner.row_fields(checkpoint)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if done.returncode:
-            raise SystemExit((done.stderr.strip().splitlines() or [f"error: scoring {model.label}'s retrieval failed"])[-1])
+        in_process_of_its_own(["fairseq_alibi_lab.retrieval", "score", checkpoint, runner.data, tests, out, "--label",
+                               model.label, "--scalings", "none", *model.scalings, "--lengths", *map(str, asked),
+                               "--fields", runner.row_fields(checkpoint)], f"scoring {model.label}'s retrieval")
     window = max(wanted)
     if window > max(MULTIPLES) * runner.length and not any(
             r.get("checkpoint") == checkpoint and r.get("length") == window for r in read_rows(os.path.join(runner.out, BY_POSITION_ROWS))):
-        done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.by_position", checkpoint, runner.data, "--length",
-                               str(window), "--offsets", str(BY_POSITION_OFFSETS), "--batch", "1", "--out",
+        in_process_of_its_own(["fairseq_alibi_lab.by_position", checkpoint, runner.data, "--length", str(window),
+                               "--offsets", str(BY_POSITION_OFFSETS), "--batch", "1", "--out",
                                os.path.join(runner.out, BY_POSITION_ROWS), "--label", model.label, "--fields",
-                               runner.row_fields(checkpoint)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if done.returncode:
-            raise SystemExit((done.stderr.strip().splitlines() or [f"error: {model.label}'s loss by position failed"])[-1])
+                               runner.row_fields(checkpoint)], f"{model.label}'s loss by position")
     return (os.path.getsize(out) if os.path.exists(out) else 0) > before
+
+
+def in_process_of_its_own(module_and_args, what):
+    """python -m MODULE ARGS (the runner imports no fairseq); its last error line if it fails."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", *module_and_args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+    if done.returncode:
+        raise SystemExit((done.stderr.strip().splitlines() or [f"error: {what} failed"])[-1])
 
 
 def write_floors(runner):
