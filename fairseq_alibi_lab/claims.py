@@ -294,6 +294,12 @@ ALIBI_FAMILY = tuple(Claim(f"{label} retrieves further than ALiBi past L ({task}
                            after_data=True)  # ALiBi's cells were scored before: post hoc by the rule
                      for label in ("FoX (forget gate)", "ALiBi, learned slopes") for task in ("passkey", "multikey"))
 RETRIEVAL += ALIBI_FAMILY
+# The last two registered causal methods, declared before their first training: KERPLE's power kernel and
+# Sandwich asked what KERPLE log and FIRE are past ALiBi's field (above the floor at 32L and 128L).
+LAST_METHODS = tuple(Claim(f"{label} keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)",
+                           (label, task, k), (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="")
+                     for label in ("KERPLE power", "Sandwich") for task in ("passkey", "multikey") for k in (32, 128))
+RETRIEVAL += LAST_METHODS
 # The second scale (scale2) asks the comparison's claims of its own rows, which came after some of them
 # were declared (its first rows: commit 7e17a0d, 2026-11-26 16:53).
 SCALE2 = tuple(dataclasses.replace(claim, after_data=claim.declared in ("14acbae", "322d864")) for claim in CLAIMS)
