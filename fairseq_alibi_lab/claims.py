@@ -297,7 +297,7 @@ RETRIEVAL += ALIBI_FAMILY
 # The last two registered causal methods, declared before their first training: KERPLE's power kernel and
 # Sandwich asked what KERPLE log and FIRE are past ALiBi's field (above the floor at 32L and 128L).
 LAST_METHODS = tuple(Claim(f"{label} keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)",
-                           (label, task, k), (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="")
+                           (label, task, k), (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="386859a")
                      for label in ("KERPLE power", "Sandwich") for task in ("passkey", "multikey") for k in (32, 128))
 RETRIEVAL += LAST_METHODS
 # The second scale (scale2) asks the comparison's claims of its own rows, which came after some of them
