@@ -290,7 +290,8 @@ def identity_unrecorded(row):
     if row.get("model") in ("unigram", "floor"):
         return []
     retrieval = "first_accuracy" in row or "prompts_sha256" in row
-    needed = ("checkpoint_sha256", *(("prompts_sha256", "mixture_sha256") if retrieval else ("data_sha256",)), "train_flags")
+    measured = () if "slopes" in row else ("prompts_sha256", "mixture_sha256") if retrieval else ("data_sha256",)  # slopes: read, not scored on data
+    needed = ("checkpoint_sha256", *measured, "train_flags")
     return [name for name in needed if row.get(name) is None]
 
 

@@ -30,6 +30,7 @@ import random
 import sys
 
 from fairseq_alibi.tools.files import one_line_on_disk_faults
+from fairseq_alibi_lab import learned_slopes
 
 TASKS = ("passkey", "multikey", "kvlookup")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -396,6 +397,9 @@ def score_model(runner, model, seed, checkpoint):
         in_process_of_its_own(["fairseq_alibi_lab.retrieval", "score", checkpoint, runner.data, tests, out, "--label",
                                model.label, "--scalings", "none", *model.scalings, "--lengths", *map(str, asked),
                                "--fields", runner.row_fields(checkpoint)], f"scoring {model.label}'s retrieval")
+    if model.method == "learned_alibi":  # what its slopes became: its heads' reach in tokens
+        learned_slopes.record(os.path.join(runner.out, learned_slopes.ROWS), checkpoint, model.label,
+                              json.loads(runner.row_fields(checkpoint)))
     window = max(wanted)
     if window > max(MULTIPLES) * runner.length and not any(
             r.get("checkpoint") == checkpoint and r.get("length") == window for r in read_rows(os.path.join(runner.out, BY_POSITION_ROWS))):
@@ -674,6 +678,7 @@ def report(rows, out):
         for name, values in context.items():
             lines.append(f"| {name} | " + " | ".join(shown(values.get(b), 1) for b in bins) + " |")
         lines.append("")
+    lines += learned_slopes.table(out, checkpoints)
     text = ("# Retrieval: accuracy (%), mean over the depths, mean ± std over seeds\n\n"
             "Exact match of the two-word key, then of its first word alone; beside each model, the same "
             "checkpoints' validation perplexity in blocks of L (nonoverlapping). Under each table the floors "

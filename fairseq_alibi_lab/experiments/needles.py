@@ -1,6 +1,6 @@
 """Retrieval past the training length: passkey, multi-key needle and key-value prompts (the stages:
 fairseq_alibi_lab/retrieval.py)."""
-from fairseq_alibi_lab import retrieval
+from fairseq_alibi_lab import learned_slopes, retrieval
 from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register
 from fairseq_alibi_lab.experiments.causal import SINUSOIDAL
 
@@ -31,4 +31,4 @@ register("retrieval", Experiment(
      Model("Sandwich", "sandwich", multiples=PAST_FIELD)),
     strides=("0",), updates=5600,
     stages=Stages(data=retrieval.prepare_data, data_problem=retrieval.data_problem, floors=retrieval.write_floors,
-                  score=retrieval.score_model, rows=(retrieval.ROWS, retrieval.BY_POSITION_ROWS), report=retrieval.report)))
+                  score=retrieval.score_model, rows=(retrieval.ROWS, retrieval.BY_POSITION_ROWS, learned_slopes.ROWS), report=retrieval.report)))

@@ -46,7 +46,7 @@ REBUILDS = {
     os.path.join("examples", "synthetic", "budget"): [["examples/synthetic/table.py", "{out}/results.jsonl", "--out", "{out}"]],
 }
 # What the commands read (kept in the copy) rather than write (removed from it first).
-INPUTS = {"README.md", "PROVENANCE.md", "results.jsonl", "retired.jsonl", "recovery.jsonl", "retrieval.jsonl", "floors.jsonl", "streaming.jsonl", "by_position.jsonl", "fairseq.jsonl", "scoring.json",
+INPUTS = {"README.md", "PROVENANCE.md", "results.jsonl", "retired.jsonl", "recovery.jsonl", "retrieval.jsonl", "floors.jsonl", "streaming.jsonl", "by_position.jsonl", "slopes.jsonl", "fairseq.jsonl", "scoring.json",
           "training-resources.csv", "intermediate.jsonl"}
 # Written from checkpoints, which are not committed: greedy continuations.
 NOT_FROM_COMMITTED_FILES = {f"{RESULTS}/conversion/generation.md"}

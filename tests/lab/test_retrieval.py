@@ -462,3 +462,56 @@ def test_perplexity_by_context_bins_positions_by_their_tokens_of_context_in_log_
     # the halves: positions 0-2 and 3-5
     assert got["ALiBi"][FIRST_HALF] == pytest.approx([(100 * 50 * 20) ** (1 / 3), 4 ** (1 / 3)])
     assert got["ALiBi"][SECOND_HALF] == pytest.approx([(10 * 40 * 5) ** (1 / 3), (16 * 2 * 8) ** (1 / 3)])
+
+
+def test_a_learned_slope_models_slopes_and_reaches_are_read_from_its_checkpoint(tmp_path):
+    """learned_slopes against the rule by hand: a checkpoint of learned_alibi's module with set log
+    slopes gives m_h = exp(s_h) and reach 1/m_h, beside the paper's 2^-1..2^-8; the row says what it
+    is; recorded once however often asked; tabulated as mean ± sample std over seeds; a checkpoint
+    without learned slopes refused in one line."""
+    import math
+    import statistics
+
+    import torch
+
+    from fairseq_alibi.positions.learned_alibi import LearnedAlibi
+    from fairseq_alibi_lab import learned_slopes
+    from fairseq_alibi_lab.results import identity_missing
+
+    def checkpoint(name, logs, seed):
+        module = LearnedAlibi(8)
+        with torch.no_grad():
+            module.log_slopes.copy_(torch.tensor(logs))
+        path = str(tmp_path / name)
+        torch.save({"cfg": {"model": {"_name": "transformer_lm"}, "task": {"tokens_per_sample": 64}, "common": {"seed": seed}},
+                    "model": {"decoder.learned_alibi.log_slopes": module.log_slopes.detach(), "decoder.other": torch.zeros(2)},
+                    "optimizer_history": [{"num_updates": 10}]}, path)
+        return path
+
+    logs = [[0.5, -0.2, -0.9, -1.3, -2.1, -2.2, -3.0, -3.2], [0.4, -0.1, -1.0, -1.2, -2.0, -2.4, -2.9, -3.5]]
+    paths = [checkpoint(f"s{seed}.pt", values, seed) for seed, values in ((1, logs[0]), (2, logs[1]))]
+    fields = {"experiment": "retrieval", "recipe": "small", "train_flags": ""}
+    row = learned_slopes.slope_row(paths[0], "ALiBi, learned slopes", fields)
+    assert row["slopes"] == pytest.approx([math.exp(v) for v in logs[0]], rel=1e-6)
+    assert row["reaches"] == pytest.approx([math.exp(-v) for v in logs[0]], rel=1e-6)
+    assert row["initial_slopes"] == [2.0 ** -(h + 1) for h in range(8)]
+    assert (row["seed"], row["updates"], row["train_length"]) == (1, 10, 64)
+    assert identity_missing(row) == []
+    out = tmp_path / "out"
+    out.mkdir()
+    for path in (*paths, paths[0]):
+        learned_slopes.record(str(out / learned_slopes.ROWS), path, "ALiBi, learned slopes", fields)
+    assert len((out / learned_slopes.ROWS).read_text().splitlines()) == 2
+    lines = learned_slopes.table(str(out), set(paths))
+    slope_line = next(line for line in lines if line.startswith("| ALiBi, learned slopes: slope"))
+    reach_line = next(line for line in lines if line.startswith("| ALiBi, learned slopes: reach"))
+    first = [math.exp(logs[0][0]), math.exp(logs[1][0])]
+    assert slope_line.split(" | ")[1:3] == ["2", f"{statistics.mean(first):.3f} ± {statistics.stdev(first):.3f}"]
+    last = [math.exp(-logs[0][7]), math.exp(-logs[1][7])]
+    assert reach_line.rstrip(" |").split(" | ")[-1] == f"{statistics.mean(last):.1f} ± {statistics.stdev(last):.1f}"
+    assert "| ALiBi (fixed): reach | | 2 | 4 | 8 | 16 | 32 | 64 | 128 | 256 |" in lines
+    assert learned_slopes.table(str(out), {"elsewhere.pt"}) == []
+    plain = str(tmp_path / "plain.pt")
+    torch.save({"cfg": {}, "model": {"decoder.other": torch.zeros(2)}}, plain)
+    with pytest.raises(SystemExit, match=r"^error: .*plain.pt has no learned ALiBi slopes"):
+        learned_slopes.slope_row(plain, "x", fields)
