@@ -72,7 +72,8 @@ def wall_time(rows, out):
     for label, runs in by_label.items():
         mean, std = mean_std([s for s, _, _ in runs.values()])
         updates = sorted({u for _, u, _ in runs.values()})
-        lines.append(f"| {label} | {', '.join(map(str, updates))} | {mean:.0f} ± {std:.0f} | {len(runs)} | "
+        spread = f" ± {std:.0f}" if len(runs) > 1 else ""  # one run has no spread
+        lines.append(f"| {label} | {', '.join(map(str, updates))} | {mean:.0f}{spread} | {len(runs)} | "
                      f"{'; '.join(sorted({str(m) for _, _, m in runs.values()}))} |")
     text = "\n".join(lines) + "\n"
     with written_whole(os.path.join(out, "wall_time.md")) as partial, open(partial, "w") as f:

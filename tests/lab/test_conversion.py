@@ -449,8 +449,13 @@ def test_the_deconfounded_experiments_wall_time_table_takes_each_trainings_longe
         save.mkdir(parents=True)
         (save / "resources.jsonl").write_text("".join(json.dumps({"exit": 0, "seconds": c, "peak_mib": 300.0}) + "\n" for c in calls))
         rows.append({"label": "CE", "checkpoint": str(save / "checkpoint_last.pt"), "updates": 200, "machine": "cpu"})
+    save = tmp_path / "ck" / "kd-s1"
+    save.mkdir(parents=True)
+    (save / "resources.jsonl").write_text(json.dumps({"exit": 0, "seconds": 90.0, "peak_mib": 300.0}) + "\n")
+    rows.append({"label": "KD", "checkpoint": str(save / "checkpoint_last.pt"), "updates": 200, "machine": "cpu"})
     out = tmp_path / "out"
     table = wall_time(rows, str(out))
     assert "| CE | 200 | 120 ± 28 | 2 | cpu |" in table and "imported" not in table
+    assert "| KD | 200 | 90 | 1 | cpu |" in table  # one run: no spread shown
     shutil.rmtree(tmp_path / "ck")
     assert wall_time(rows, str(out)) == table
