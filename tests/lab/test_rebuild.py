@@ -32,6 +32,7 @@ REBUILDS = {
     f"{RESULTS}/conversion": [runner("conversion"), claims("conversion")],
     f"{RESULTS}/documents": [runner("documents"), claims("documents")],
     f"{RESULTS}/gpt2-alibi": [runner("gpt2-alibi"), claims("gpt2-alibi")],
+    f"{RESULTS}/gpt2-alibi-2": [runner("gpt2-alibi-2"), claims("gpt2-alibi-2")],
     f"{RESULTS}/gpt2-schedule": [runner("gpt2-schedule")],
     f"{RESULTS}/hf": [["examples/wikitext2/lm_eval/table.py", "{out}"]],
     f"{RESULTS}/littlebird": [runner("littlebird"), claims("littlebird")],
