@@ -249,7 +249,6 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
             model, _, task = load_checkpoint(checkpoint, data, kind="causal LM", overrides=overrides)
             dictionary = task.source_dictionary
             hf = hf_model_of(model, dictionary, {}).eval()
-            rows = []
             # The dense path's bias is batch x heads x T x S floats: prompts go in batches under MASK_BYTES
             # (a whole group of 20 to 16L at L = 64, as always; one at a time at 8,192 tokens).
             batch = max(1, MASK_BYTES // (4 * hf.config.num_attention_heads * (length + 1) ** 2))
@@ -264,13 +263,14 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
                     decoded += out_ids[:, prompts.size(1):].tolist()
                 correct = sum(decoded[i] == answers[i] for i in range(len(group)))
                 first = sum(decoded[i][0] == answers[i][0] for i in range(len(group)))
-                rows.append({"label": label or None, **scored, "scaling": scaling, "task": name, "length": length, "depth": depth, "n": len(group),
-                             "correct": correct, "accuracy": correct / len(group), "first_correct": first,
-                             "first_accuracy": first / len(group), **fingerprints, "commit": provenance.commit(),
-                             "machine": provenance.machine(), **(fields or {})})
-                print(f"{label or rows[-1]['model']}{'' if scaling == 'none' else ' + ' + scaling}: {name} at {length} "
+                row = {"label": label or None, **scored, "scaling": scaling, "task": name, "length": length, "depth": depth,
+                       "n": len(group), "correct": correct, "accuracy": correct / len(group), "first_correct": first,
+                       "first_accuracy": first / len(group), **fingerprints, "commit": provenance.commit(),
+                       "machine": provenance.machine(), **(fields or {})}
+                # each group written as it is scored: a cut at 8,192 tokens (an hour a length) loses one group
+                append_lines(out, [json.dumps(row)])
+                print(f"{label or row['model']}{'' if scaling == 'none' else ' + ' + scaling}: {name} at {length} "
                       f"tokens, depth {depth:.0%}: {correct}/{len(group)} (first word {first})", flush=True)
-            append_lines(out, [json.dumps(r) for r in rows])
 
 
 # The experiment runner's hooks (EXPERIMENTS["retrieval"]: Experiment.data, .scorer, .report).
@@ -545,15 +545,21 @@ def floor_rows(tests_path):
 def depth_means(scored, metric="accuracy", keep=None):
     """{(task, name, length): {checkpoint: the metric averaged over the depths}} (the last scoring of a
     depth wins; rows without the metric are left out; keep(task, length, depth): only those depths);
-    a model is named as in every table (its label, + its scaling: results.method_name)."""
+    a model is named as in every table (its label, + its scaling: results.method_name). A checkpoint
+    that lacks a depth another has in the cell (a scoring cut mid-length) waits: its mean over fewer
+    depths would be another number."""
     from fairseq_alibi_lab.results import method_name
 
     last = {(r["task"], method_name(r), r["length"], r["checkpoint"], r["depth"]): r[metric] for r in scored
             if r.get(metric) is not None and (keep is None or keep(r["task"], r["length"], r["depth"]))}
     by_depth = {}
-    for (task, name, length, checkpoint, _), accuracy in last.items():
-        by_depth.setdefault((task, name, length), {}).setdefault(checkpoint, []).append(accuracy)
-    return {cell: {c: sum(v) / len(v) for c, v in runs.items()} for cell, runs in by_depth.items()}
+    for (task, name, length, checkpoint, depth), accuracy in last.items():
+        by_depth.setdefault((task, name, length), {}).setdefault(checkpoint, {})[depth] = accuracy
+    means = {}
+    for cell, runs in by_depth.items():
+        depths = set().union(*runs.values())
+        means[cell] = {c: sum(v.values()) / len(v) for c, v in runs.items() if set(v) == depths}
+    return means
 
 
 def past(floors, length):

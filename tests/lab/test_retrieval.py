@@ -242,6 +242,32 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     one = [json.loads(line) for line in (tmp_path / "one.jsonl").read_text().splitlines()]
     kept = ("scaling", "task", "depth", "correct", "first_correct")
     assert sorted(tuple(r[k] for k in kept) for r in one) == sorted(tuple(r[k] for k in kept) for r in far if r["scaling"] == "none")
+    # A scoring cut between two groups of a length keeps the groups it finished; scored again, it adds
+    # only the others, and the rows are those of the whole scoring.
+    import fairseq_alibi.hf.export as export
+
+    built, calls = export.hf_model_of, []
+
+    def cut_at_the_third_group(*args, **kwargs):
+        hf, generate = built(*args, **kwargs), None
+
+        def counted(*a, **k):
+            calls.append(1)
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+            return generate(*a, **k)
+        generate, hf.generate = hf.generate, counted
+        return hf
+    export.hf_model_of = cut_at_the_third_group
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            retrieval.score(checkpoint, str(root / "bin"), long_tests, str(tmp_path / "cut.jsonl"), "ALiBi", ("none",), [1280])
+    finally:
+        export.hf_model_of = built
+    assert len((tmp_path / "cut.jsonl").read_text().splitlines()) == 2
+    retrieval.score(checkpoint, str(root / "bin"), long_tests, str(tmp_path / "cut.jsonl"), "ALiBi", ("none",), [1280])
+    resumed = [json.loads(line) for line in (tmp_path / "cut.jsonl").read_text().splitlines()]
+    assert sorted(tuple(r[k] for k in kept) for r in resumed) == sorted(tuple(r[k] for k in kept) for r in one)
 
 
 def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
@@ -265,6 +291,14 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
     rows += [row("ALiBi", s, 256, d, 0.9, "ntk") for s in (1, 2, 3) for d in (0.0, 1.0)]
     rows.append(row("ALiBi", 1, 256, 1.0, 0.3))  # a rescoring of seed 1's depth 1.0: it wins
     del rows[0]["first_accuracy"]  # a row scored before the first word was counted: left out of that scoring only
+    found, length = claims.retrieval_cells(rows)
+    # ... where its seed waits (a mean over fewer depths is another number), as a seed whose scoring of
+    # a length was cut between its depths does
+    assert found[("first key word", "ALiBi", "passkey", 64)] == pytest.approx({f"ALiBi-s{s}.pt": 100.0 for s in (2, 3)})
+    cut = [r for r in rows if (r["seed"], r["length"], r["scaling"], r["depth"]) != (3, 256, "ntk", 1.0)]
+    assert claims.retrieval_cells(cut)[0][("exact match", "ALiBi + NTK", "passkey", 256)] == pytest.approx(
+        {f"ALiBi-s{s}.pt": 90.0 for s in (1, 2)})
+    rows[0]["first_accuracy"] = 1.0
     found, length = claims.retrieval_cells(rows)
     assert length == 64 and found[("exact match", "ALiBi", "passkey", 256)] == pytest.approx(
         {"ALiBi-s1.pt": 15.0, "ALiBi-s2.pt": 10.0, "ALiBi-s3.pt": 15.0})
