@@ -44,7 +44,8 @@ def main():
                    help="run this many (model, seed) jobs at once (a GPU or many cores; default 1: one at a time)")
     p.add_argument("--retire", metavar="WHY", help="move the rows of the selected models and seeds (their checkpoints' "
                    "rows) from OUT's results to OUT/retired.jsonl with this reason, then run them anew: a second "
-                   "training of a (model, seed) is never mixed with the first's rows")
+                   "training of a (model, seed) is never mixed with the first's rows; rows of the checkpoint file "
+                   "there now stay, so the same command continues a stopped run")
     p.add_argument("--tables", action="store_true",
                    help="only rebuild the tables and figures from OUT/results.jsonl (rows merged from elsewhere)")
     args = p.parse_args()

@@ -230,16 +230,24 @@ RETIRED = "retired.jsonl"  # under an OUT: rows taken out of its tables, each wi
 
 
 def retire(out, names, checkpoints, why):
-    """Move the rows of `checkpoints` from OUT's row files `names` to OUT/retired.jsonl, each with
-    "retired": why (appended there first, then each file rewritten whole without them: a stop in
-    between leaves a row in both, never in neither). Returns how many rows moved."""
+    """Move the rows of `checkpoints` (path -> the fingerprint of the file there now, or None where
+    none is) from OUT's row files `names` to OUT/retired.jsonl, each with "retired": why (appended
+    there first, then each file rewritten whole without them: a stop in between leaves a row in
+    both, never in neither). A row scored on the very file at its path now (its checkpoint_sha256)
+    stays: it is the new training's, so the command that retired the old rows, run again after a
+    stop, continues instead of retiring what it scored. Returns (rows moved, rows kept so)."""
     from fairseq_alibi.tools.files import written_whole
 
-    moved = 0
+    def of_another_file(r):
+        return r.get("checkpoint") in checkpoints and (checkpoints[r["checkpoint"]] is None or
+                                                      r.get("checkpoint_sha256") != checkpoints[r["checkpoint"]])
+
+    moved = kept = 0
     for name in names:
         path = os.path.join(out, name)
         rows = read_rows(path)
-        gone = [r for r in rows if r.get("checkpoint") in checkpoints]
+        kept += sum(r.get("checkpoint") in checkpoints and not of_another_file(r) for r in rows)
+        gone = [r for r in rows if of_another_file(r)]
         if not gone:
             continue
         retired = os.path.join(out, RETIRED)
@@ -247,9 +255,9 @@ def retire(out, names, checkpoints, why):
         append_lines(retired, [json.dumps(dict(r, retired=why)) for r in gone
                                if json.dumps(dict(r, retired=why), sort_keys=True) not in held])
         with written_whole(path) as partial, open(partial, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows if r.get("checkpoint") not in checkpoints)
+            f.writelines(json.dumps(r) + "\n" for r in rows if not of_another_file(r))
         moved += len(gone)
-    return moved
+    return moved, kept
 
 
 # A row's scoring (what identifies it within its checkpoint's rows) and what it measured, by kind: a

@@ -281,9 +281,11 @@ class Runner:
               f"{self.updates} updates {self.kind.grid(self)} -> {self.out}", flush=True)
         try:
             if self.args.retire:  # their rows out of the tables, kept with why, before anything is asked of them
-                moved = result_rows.retire(self.out, self.scored_files(), {self.checkpoint(m, s) for m, s in jobs
-                                                                            if not m.shared}, self.args.retire)
-                print(f"    {moved} rows retired to {self.out}/{result_rows.RETIRED}: {self.args.retire}", flush=True)
+                here = {c: files.fingerprint(c) if os.path.isfile(c) else None
+                        for c in (self.checkpoint(m, s) for m, s in jobs if not m.shared)}
+                moved, kept = result_rows.retire(self.out, self.scored_files(), here, self.args.retire)
+                print(f"    {moved} rows retired to {self.out}/{result_rows.RETIRED}: {self.args.retire}"
+                      + (f"; {kept} rows scored on the checkpoints here kept (this training's)" if kept else ""), flush=True)
             orphaned = self.orphaned(jobs)
             if orphaned:
                 raise SystemExit(f"error: {self.out} holds some rows of {', '.join(orphaned)}, scored on checkpoints that are "

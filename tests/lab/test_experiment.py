@@ -748,6 +748,11 @@ def test_an_experiment_is_one_file(wt2_slice, tmp_path):
     new_sha = {r["checkpoint_sha256"] for r in rescored if r["model"] != "unigram"}
     assert len(new_sha) == 1 and new_sha != {r["checkpoint_sha256"] for r in retired}
     assert sorted(r["l_valid"] for r in rescored if r["model"] != "unigram") == [16, 32]
+    # The same command again (a stopped run continued as the runner says): the new rows stay, none retired.
+    printed = run([*again, "--retire", "the checkpoint was replaced"])
+    assert "0 rows retired" in printed and "2 rows scored on the checkpoints here kept" in printed
+    assert (out / "retired.jsonl").read_text().count("\n") == 2
+    assert [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()] == rescored
     # Declared twice (two files, one name): refused when declared, not when run.
     from fairseq_alibi_lab.experiments import Experiment, register
 

@@ -54,6 +54,24 @@ def test_rows_of_a_checkpoint_trained_on_other_data_are_not_this_runs():
     assert identity_problem(rows, "d.pt", {"train_data_sha256": "bbbb"}, "out.jsonl") is None  # recorded none: not known
 
 
+def test_retire_run_again_after_a_stop_keeps_the_rows_of_the_checkpoint_here(tmp_path):
+    """--retire's command is what a stopped run is continued with (the runner says "run the same command
+    again"): the second time, the rows scored on the file now at the path are the new training's and
+    stay; only rows of another file (or of a path with no file) move, each once."""
+    from fairseq_alibi_lab.result_rows import RETIRED, read_rows, retire
+
+    old, new = ({"checkpoint": "c.pt", "checkpoint_sha256": sha, "l_valid": 64} for sha in ("old0", "new1"))
+    unrecorded, other = {"checkpoint": "c.pt", "l_valid": 128}, {"checkpoint": "d.pt", "checkpoint_sha256": "d0"}
+    with open(tmp_path / "results.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in (old, new, unrecorded, other))
+    assert retire(str(tmp_path), ["results.jsonl"], {"c.pt": "new1"}, "trained again") == (2, 1)
+    assert read_rows(str(tmp_path / "results.jsonl")) == [new, other]
+    assert read_rows(str(tmp_path / RETIRED)) == [dict(old, retired="trained again"), dict(unrecorded, retired="trained again")]
+    assert retire(str(tmp_path), ["results.jsonl"], {"c.pt": "new1"}, "trained again") == (0, 1)  # run again: nothing moves
+    assert len(read_rows(str(tmp_path / RETIRED))) == 2
+    assert retire(str(tmp_path), ["results.jsonl"], {"c.pt": None, "d.pt": None}, "gone") == (2, 0)  # no file: all of it
+    assert read_rows(str(tmp_path / "results.jsonl")) == []
+
 def test_retrieval_refuses_a_plain_corpus_before_any_training(wt2_slice, tmp_path):
     proc = subprocess.run([PYTHON, "scripts/experiment.py", "retrieval", "--data", wt2_slice, "--out", str(tmp_path / "out"),
                            "--checkpoints", str(tmp_path / "checkpoints"), "--models", "alibi", "--seeds", "1"],
