@@ -158,11 +158,12 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
          "--destdir", root / "bin", "--workers", "2"])
     out = tmp_path / "out"
     toy = ["--decoder-layers", "1", "--decoder-embed-dim", "32", "--decoder-input-dim", "32", "--decoder-output-dim", "32",
-           "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--max-tokens", "1024", "--disable-validation"]
+           "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--max-tokens", "1024"]
     command = [sys.executable, "scripts/experiment.py", "retrieval", "--data", str(root / "bin"), "--train-length", "40",
                "--updates", "4", "--lengths", "40", "80", "--seeds", "1", "--models", "alibi", "--out", str(out),
                "--checkpoints", str(tmp_path / "checkpoints"), "--train-flags", " ".join(toy)]
     run(command)
+    assert not (tmp_path / "checkpoints" / "alibi-L40-s1" / "checkpoint_best.pt").exists()  # declared: no validation
     rows = [json.loads(line) for line in (out / "retrieval.jsonl").read_text().splitlines()]
     assert sorted((r["scaling"], r["task"], r["length"], r["depth"]) for r in rows) == sorted(
         [("none", t, length, d) for t in TASKS for length in (40, 80) for d in (0.0, 0.25, 0.5, 0.75, 1.0)]
