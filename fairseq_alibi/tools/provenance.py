@@ -29,13 +29,25 @@ def commit(repo=REPO):
     return head.stdout.strip() + ("+changes" if dirty else "")
 
 
-def cpu_name():
+def cpu_name(cpuinfo="/proc/cpuinfo"):
+    """The CPU's model name, with its family, model and widest vector instructions where /proc/cpuinfo
+    says them: "AMD EPYC" names several generations, and float sums (so a training's digits) follow
+    the kernels a CPU's instructions select (an AMD EPYC with AVX2 did not retrain a row another
+    AMD EPYC had trained to the digit: examples/wikitext2/results/retrieval)."""
     try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        with open(cpuinfo) as f:
+            first = f.read().split("\n\n")[0]
     except OSError:
-        names = []
-    return names[0] if names else platform.machine()
+        first = ""
+    fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
+    fields = {name.strip(): value.strip() for name, value in fields.items()}
+    name = fields.get("model name") or platform.machine()
+    flags = set(fields.get("flags", "").split())
+    widest = next((isa for flag, isa in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX")) if flag in flags), None)
+    detail = [f"family {fields['cpu family']}" if "cpu family" in fields else None,
+              f"model {fields['model']}" if "model" in fields else None, widest]
+    detail = [d for d in detail if d]
+    return f"{name} ({', '.join(detail)})" if detail else name
 
 
 def gpu_names():

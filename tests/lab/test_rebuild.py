@@ -3,6 +3,7 @@ for byte (the figures too: matplotlib's Agg writes the same PNG for the same dat
 committed result row says what it is."""
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -231,3 +232,20 @@ def test_a_cpu_cell_trained_again_on_its_cpu_type_measures_what_its_retired_rows
         if {r["checkpoint"] for r in rows} & {r["checkpoint"] for r in retired}:
             compared.append(os.path.basename(folder))
     assert {"retrieval", "gpt2-alibi-2"} <= set(compared)  # something was compared in each
+
+
+def test_a_rows_machine_names_the_cpus_family_model_and_vector_instructions(tmp_path):
+    """"Same CPU type" is what the retraining check compares: "AMD EPYC" alone named two generations
+    that trained one cell to different digits (retrieval's ALiBi seed 3), so the machine says the
+    family, model and widest vector instructions /proc/cpuinfo gives, each processor alike."""
+    from fairseq_alibi.tools.provenance import cpu_name
+
+    processor = ("processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+                 "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma{extra}\n")
+    (tmp_path / "zen4").write_text("\n".join(processor.format(n=n, extra=" avx512f avx512bw") for n in range(2)))
+    (tmp_path / "zen3").write_text(processor.format(n=0, extra="").replace("model\t\t: 17", "model\t\t: 1"))
+    (tmp_path / "bare").write_text("processor\t: 0\nmodel name\t: Some CPU\n")
+    assert cpu_name(str(tmp_path / "zen4")) == "AMD EPYC (family 25, model 17, AVX-512)"
+    assert cpu_name(str(tmp_path / "zen3")) == "AMD EPYC (family 25, model 1, AVX2)"
+    assert cpu_name(str(tmp_path / "bare")) == "Some CPU"
+    assert cpu_name(str(tmp_path / "none")) == platform.machine()  # no /proc/cpuinfo (macOS, say)
