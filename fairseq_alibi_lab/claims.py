@@ -24,7 +24,8 @@ from one function (compare):
   "post hoc" where that came after the first row of its cells (Claim.after_data; a scoring added
   later, SCORINGS_DECLARED, makes its lines post hoc where it came after the experiment's first row).
   `scripts/claims.py RESULTS --experiment NAME --audit` recomputes both from git history and the
-  rows' commits; tests/lab/test_rebuild.py checks them for every committed experiment.
+  rows' commits (retired rows included: a cell seen before its checkpoint was trained again was
+  seen); tests/lab/test_rebuild.py checks them for every committed experiment.
 A claim that A is "lower" is on perplexity; "higher" on exact match.
 Prints the Markdown table (and writes it to --out if given).
 """
@@ -532,26 +533,32 @@ def git_date(commit):
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
 
 
-def audit(found, locate, claims, paths, date=git_date):
+def audit(found, locate, claims, paths, date=git_date, retired=()):
     """(report, disagreements): for each claim, the date of its declaring commit against the first row
-    of its cells (the earliest commit of any row of the checkpoints they hold, in the files `paths`),
-    post hoc where it came after, and whether Claim.after_data says the same; a scoring of
-    SCORINGS_DECLARED against the first row of the whole experiment."""
+    of its cells (the earliest commit of any row of the checkpoints they hold, in the files `paths`,
+    and of any row `retired` since at a cell's path and length: a cell seen before its checkpoint was
+    trained again was seen), post hoc where it came after, and whether Claim.after_data says the
+    same; a scoring of SCORINGS_DECLARED against the first row of the whole experiment."""
     from fairseq_alibi_lab.result_rows import read_rows
 
-    first = {}  # checkpoint -> (date, commit) of its earliest row
-    for path in paths:
-        for row in read_rows(path):
-            when = date(row["commit"]) if row.get("commit") else None
-            key = row.get("checkpoint")
-            if when and (key not in first or when < first[key][0]):
-                first[key] = (when, row["commit"])
+    def earliest_rows(paths, key):
+        first = {}  # key(row) -> (date, commit) of its earliest row
+        for path in paths:
+            for row in read_rows(path):
+                when = date(row["commit"]) if row.get("commit") else None
+                if when and (key(row) not in first or when < first[key(row)][0]):
+                    first[key(row)] = (when, row["commit"])
+        return first
+
+    first = earliest_rows(paths, lambda row: row.get("checkpoint"))
+    seen = earliest_rows(retired, lambda row: (row.get("checkpoint"), row.get("length", row.get("l_valid"))))
     experiment_first = min(first.values(), default=None)
     lines_, wrong = ["| claim | declared | its date | first row of its cells | its date | post hoc | claims.py says |",
                      "|---|---|---|---|---|---|---|"], 0
     for claim in claims:
-        held = {c for scoring in claim.strides for cell in (claim.a, claim.b) for c in found.get(locate(cell, scoring)[0], {})}
-        earliest = min((first[c] for c in held if c in first), default=None)
+        held = {(c, key[-1]) for scoring in claim.strides for cell in (claim.a, claim.b)
+                for key in [locate(cell, scoring)[0]] for c in found.get(key, {})}  # key[-1]: the cell's length
+        earliest = min([first[c] for c, _ in held if c in first] + [seen[h] for h in held if h in seen], default=None)
         declared = date(claim.declared) if claim.declared else None
         after = bool(declared and earliest and declared > earliest[0])
         agrees = after == claim.after_data or earliest is None
@@ -688,7 +695,13 @@ def main():
     if problem:
         raise SystemExit(f"error: {problem}")
     if args.audit:
-        report, wrong = audit(found, locate, claims, raw)
+        # A cell's first rows count where they were retired since (its checkpoint trained again): a claim
+        # declared after they were seen is post hoc, whichever training's rows it is scored on now.
+        from fairseq_alibi_lab.result_rows import RETIRED
+
+        retired = [p for p in dict.fromkeys(os.path.join(os.path.dirname(r), RETIRED) for r in args.results)
+                   if os.path.isfile(p)]
+        report, wrong = audit(found, locate, claims, raw, retired=retired)
         print(report, end="")
         raise SystemExit(1 if wrong else 0)
     text = render(found, locate, claims)

@@ -550,3 +550,30 @@ def test_a_learned_slope_models_slopes_and_reaches_are_read_from_its_checkpoint(
     torch.save({"cfg": {}, "model": {"decoder.other": torch.zeros(2)}}, plain)
     with pytest.raises(SystemExit, match=r"^error: .*plain.pt has no learned ALiBi slopes"):
         learned_slopes.slope_row(plain, "x", fields)
+
+
+def test_the_claims_audit_dates_a_cell_by_its_retired_rows_at_its_length_too(tmp_path):
+    """A checkpoint trained again (its rows retired) keeps its cells' history: a claim declared after a
+    retired row of its cell's path and length was seen is post hoc; retired rows at other lengths of
+    that path do not date the cell (a claim at 32L declared before any row there is not post hoc)."""
+    from fairseq_alibi_lab.claims import Claim, audit, retrieval_locate
+
+    P = "first key word, needles past L"  # a scoring declared with the experiment (not in SCORINGS_DECLARED)
+
+    dates = {"old": "2026-01-01", "claim": "2026-01-02", "new": "2026-01-03"}
+    ckpt = "c/s1.pt"
+    (tmp_path / "retrieval.jsonl").write_text(json.dumps({"checkpoint": ckpt, "commit": "new", "length": 2048}) + "\n")
+    (tmp_path / "retired.jsonl").write_text("".join(json.dumps({"checkpoint": ckpt, "commit": "old", "length": n}) + "\n"
+                                                    for n in (64, 1024)))
+    found = {(P, "ALiBi", "passkey", 1024): {ckpt: 40.0}, (P, "ALiBi", "passkey", 2048): {ckpt: 10.0},
+             (P, "Floor", "passkey", 2048): {"(floor)": 1.0}}
+    claims = (Claim("at 16L", ("ALiBi", "passkey", 16), ("ALiBi", "passkey", 16), "higher", (P,), declared="claim",
+                    after_data=True),
+              Claim("at 32L", ("ALiBi", "passkey", 32), ("Floor", "passkey", 32), "at most", (P,), declared="claim"))
+    rows, retired = [str(tmp_path / "retrieval.jsonl")], [str(tmp_path / "retired.jsonl")]
+    report, wrong = audit(found, retrieval_locate(64), claims, rows, date=dates.get, retired=retired)
+    assert wrong == 0, report
+    assert "| at 16L | claim | 2026-01-02 | old | 2026-01-01 | yes | the same |" in report
+    assert "| at 32L | claim | 2026-01-02 | new | 2026-01-03 | no | the same |" in report
+    _, wrong = audit(found, retrieval_locate(64), claims, rows, date=dates.get)  # without them the 16L cell looks new
+    assert wrong == 1
