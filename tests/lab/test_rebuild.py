@@ -235,8 +235,8 @@ def test_a_cpu_cell_trained_again_on_its_cpu_type_measures_what_its_retired_rows
 
 
 def test_a_rows_machine_names_the_cpus_family_model_and_vector_instructions(tmp_path):
-    """"Same CPU type" is what the retraining check compares: "AMD EPYC" alone named two generations
-    that trained one cell to different digits (retrieval's ALiBi seed 3), so the machine says the
+    """"Same CPU type" is what the retraining check compares: "AMD EPYC" alone named the machines
+    that trained one cell to different digits (retrieval's ALiBi seed 3; another kind of EPYC, likely), so the machine says the
     family, model and widest vector instructions /proc/cpuinfo gives, each processor alike."""
     from fairseq_alibi.tools.provenance import cpu_name
 
