@@ -345,11 +345,14 @@ def compare(a, b, relation, seeds=SEEDS):
 
 
 def one_sample_test(a, floor):
-    """(what, p): the two-sided p of a one-sample t test of a's values against the floor."""
+    """(what, p): the two-sided p of a one-sample t test of a's values against the floor; p None where
+    the seeds do not spread (scipy's t is then infinite and its p 0, a certainty no 3 seeds give)."""
     from scipy import stats
 
+    if spreadless(a.values()):
+        return "one-sample t: no spread, p undefined", None
     p = float(stats.ttest_1samp(list(a.values()), floor).pvalue)
-    return (f"one-sample t, p = {p:.2g}", p) if p == p else ("one-sample t: no spread, p undefined", None)
+    return f"one-sample t, p = {p:.2g}", p
 
 
 def t_test(a, b):
@@ -358,11 +361,18 @@ def t_test(a, b):
     from scipy import stats
 
     if set(a) == set(b):
-        name, result = "paired t", stats.ttest_rel([a[c] for c in a], [b[c] for c in a])
+        name, flat = "paired t", spreadless(a[c] - b[c] for c in a)
+        result = None if flat else stats.ttest_rel([a[c] for c in a], [b[c] for c in a])
     else:
-        name, result = "Welch t", stats.ttest_ind(list(a.values()), list(b.values()), equal_var=False)
-    p = float(result.pvalue)
+        name, flat = "Welch t", spreadless(a.values()) and spreadless(b.values())
+        result = None if flat else stats.ttest_ind(list(a.values()), list(b.values()), equal_var=False)
+    p = float("nan") if flat else float(result.pvalue)
     return (f"{name}, p = {p:.2g}", p) if p == p else (f"{name}: no spread, p undefined", None)
+
+
+def spreadless(values):
+    """True where every value is the same (a t statistic is then 0/0 or infinite: no test)."""
+    return len(set(values)) <= 1
 
 
 def holm(pvalues):

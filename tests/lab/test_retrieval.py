@@ -443,6 +443,24 @@ def test_a_claim_against_the_floor_takes_the_seeds_spread_and_a_one_sample_test(
     assert claims.compare({"a-s1": 1.0}, {FLOOR: 0.5}, "higher")[2].startswith("no verdict (n = 1")
 
 
+def test_seeds_without_spread_get_no_p_value_not_zero():
+    """Three seeds at 0% against a floor of 1% (ALiBi's passkey at 128L): scipy's one-sample t is
+    infinite there and its p 0; the table says there is no test, and Holm's family leaves it out."""
+    from fairseq_alibi_lab import claims
+    from fairseq_alibi_lab.retrieval import FLOOR
+
+    zeros = {"a-s1": 0.0, "a-s2": 0.0, "a-s3": 0.0}
+    rule, test, verdict, p = claims.compare(zeros, {FLOOR: 1.0}, "at most")
+    assert p is None and test == "one-sample t: no spread, p undefined" and rule.startswith("separated")
+    assert verdict == "supported"  # by the seeds' spread, the verdict's rule
+    ntk = {"a-s1": 70.0, "a-s2": 80.0, "a-s3": 90.0}
+    shifted = {c: v - 5.0 for c, v in ntk.items()}  # every paired difference 5: no spread either
+    assert claims.t_test(ntk, shifted) == ("paired t: no spread, p undefined", None)
+    assert claims.t_test(ntk, zeros)[1] is not None  # the differences spread: a test
+    assert claims.t_test({"x-s1": 1.0, "x-s2": 1.0}, {"y-s1": 2.0, "y-s2": 2.0})[1] is None  # Welch, both flat
+    assert claims.holm([None, 0.01, 0.04]) == [None, 0.02, 0.04]
+
+
 def test_accuracy_by_distance_bins_each_group_by_its_needles_distance_then_averages_seeds_and_floors():
     """by_distance against the rule written out by hand: a group's place is the power-of-2 bin of the
     mean of its least and greatest distance; a seed's groups in a bin are averaged, then the floor is
