@@ -261,7 +261,7 @@ def test_streaming_claims_pair_each_stream_with_its_models_blocks(tmp_path):
               for label, base in (("ALiBi", 200), ("Rotary", 210)) for s in (1, 2, 3)]
     streams = [dict(common(label, s), cache=64, sinks=sinks, perplexity=base + s + extra)
                for label, base in (("ALiBi", 190), ("Rotary", 400)) for s in (1, 2, 3)
-               for sinks, extra in ((0, 0), (1, 0.5 * s), (4, 0.3 if label == "ALiBi" else -180))]
+               for sinks, extra in ((0, 0), (1, 0.5 * s), (4, 0.3 + 0.01 * s if label == "ALiBi" else -180))]
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in blocks))
     command = [sys.executable, "scripts/claims.py", str(tmp_path / "results.jsonl"), "--experiment", "streaming"]
     missing = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
@@ -271,9 +271,11 @@ def test_streaming_claims_pair_each_stream_with_its_models_blocks(tmp_path):
     lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()[2:]}
     beats = lines["ALiBi streamed through a cache of L (window only) beats blocks of L"]
     assert "ALiBi, stream, window only at 64: 192.00 ± 1.00 (n=3) | ALiBi at 64: 202.00 ± 1.00 (n=3)" in beats
-    assert "paired t" in beats and beats.endswith("| supported |")  # 10 apart, each seed by exactly 10
+    # 10 apart, each seed by exactly 10: the differences do not spread, so no t (R's t.test refuses
+    # "essentially constant" data; scipy's p would be 0); the seeds' spread still decides.
+    assert "paired t: no spread, p undefined" in beats and beats.endswith("| supported |")
     # "at most" within the spread: no equivalence margin was declared, so no difference shown; each seed
-    # 0.3 apart exactly, so the paired test separates them, and the verdict says so.
+    # 0.31-0.33 apart, so the paired test separates them, and the verdict says so.
     assert lines["ALiBi needs no attention sink (window only no worse than 4 sinks)"].endswith(
         "| no difference shown; the test disagrees (p < 0.05) |")
     assert lines["Rotary needs an attention sink (4 sinks beat window only)"].endswith("| supported |")
