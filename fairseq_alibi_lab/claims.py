@@ -360,13 +360,15 @@ def t_test(a, b):
     Welch's; p None where the seeds do not spread."""
     from scipy import stats
 
-    if set(a) == set(b):
-        name, flat = "paired t", spreadless(a[c] - b[c] for c in a)
-        result = None if flat else stats.ttest_rel([a[c] for c in a], [b[c] for c in a])
+    paired = set(a) == set(b)
+    name = "paired t" if paired else "Welch t"
+    if spreadless(a[c] - b[c] for c in a) if paired else spreadless(a.values()) and spreadless(b.values()):
+        return f"{name}: no spread, p undefined", None
+    if paired:
+        result = stats.ttest_rel([a[c] for c in a], [b[c] for c in a])
     else:
-        name, flat = "Welch t", spreadless(a.values()) and spreadless(b.values())
-        result = None if flat else stats.ttest_ind(list(a.values()), list(b.values()), equal_var=False)
-    p = float("nan") if flat else float(result.pvalue)
+        result = stats.ttest_ind(list(a.values()), list(b.values()), equal_var=False)
+    p = float(result.pvalue)
     return (f"{name}, p = {p:.2g}", p) if p == p else (f"{name}: no spread, p undefined", None)
 
 
