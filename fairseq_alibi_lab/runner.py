@@ -37,6 +37,16 @@ DOCUMENT_SCORINGS = {"scored apart": f"{{'document_separator': '{SEPARATOR}'}}",
                      "scored packed": "{'document_separator': None}"}
 
 
+
+def one_preparation_at_a_time(prepare, data_bin="data-bin"):
+    """prepare() holding DATA_BIN/.prepare.lock: two runners started together (two --out) would build
+    the same data-bin folders at once (one crashed on the other's rename); the second waits, then
+    finds them made."""
+    os.makedirs(data_bin, exist_ok=True)
+    with open(os.path.join(data_bin, ".prepare.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return prepare()
+
 class Runner:
     def __init__(self, name, experiment, args):
         self.kind, self.stages = kind_of(experiment.recipe), experiment.stages
@@ -267,7 +277,7 @@ class Runner:
             problem = self.stages.data_problem(self.args.data)
             if problem:
                 raise SystemExit(f"error: {problem}")
-        self.data, self.binarized = self.kind.prepare(self)
+        self.data, self.binarized = one_preparation_at_a_time(lambda: self.kind.prepare(self))
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
         jobs = [(m, s) for s in self.seeds for m in self.models if s in self.model_seeds(m, self.seeds)]  # seed by seed
         record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance.commit(),

@@ -535,6 +535,35 @@ def test_two_writers_of_one_file_at_once_each_install_it_whole(tmp_path):
     assert target.read_text() == "the 9\nof 5\n" and os.listdir(tmp_path) == ["dict.txt"]
 
 
+def test_two_runners_started_together_prepare_the_data_one_after_the_other(tmp_path):
+    """Two scripts/experiment.py on two --out, started at once: the second's preparation waits for
+    the first's (data-bin/.prepare.lock), so it finds the folders made instead of racing to build
+    them (it crashed on the other's rename)."""
+    import threading
+    import time
+
+    inside, overlaps = [], []
+
+    def prepare(name):
+        def body():
+            overlaps.append(bool(inside))
+            inside.append(name)
+            time.sleep(0.3)
+            inside.remove(name)
+            return name, name
+        return body
+
+    got = {}
+    threads = [threading.Thread(target=lambda n=n: got.update({n: experiment.one_preparation_at_a_time(
+        prepare(n), str(tmp_path / "data-bin"))})) for n in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {"first": ("first", "first"), "second": ("second", "second")}
+    assert overlaps == [False, False]
+
+
 def test_a_converted_checkpoint_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     """torch.save's zip writer reports a full disk as a RuntimeError after writing part of the file:
     no truncated checkpoint is left for a retry to refuse as existing."""
