@@ -1,5 +1,7 @@
-"""The runner's child processes: stopped with it, yielding as it does, their progress shown."""
+"""The runner's child processes: stopped with it, yielding as it does, their progress shown; and its
+data preparation, one runner at a time."""
 import contextlib
+import fcntl
 import os
 import re
 import signal
@@ -44,3 +46,13 @@ def stopped_together(*procs):
             with contextlib.suppress(ChildProcessError):
                 proc.wait()
         raise
+
+
+def one_preparation_at_a_time(prepare, data_bin="data-bin"):
+    """prepare() holding DATA_BIN/.prepare.lock: two runners started together (two --out) would build
+    the same data-bin folders at once (one crashed on the other's rename); the second waits, then
+    finds them made."""
+    os.makedirs(data_bin, exist_ok=True)
+    with open(os.path.join(data_bin, ".prepare.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return prepare()

@@ -29,23 +29,13 @@ from fairseq_alibi_lab import recipes, result_rows  # noqa: E402
 from fairseq_alibi_lab.result_rows import append_lines, append_new, left_out, read_rows  # noqa: E402
 from fairseq_alibi_lab.experiments import COMMITTED, EXPERIMENTS, declared_updates, names, slug  # noqa: E402
 from fairseq_alibi_lab.kinds import kind_of  # noqa: E402
-from fairseq_alibi_lab.processes import duration, follow, stopped_together  # noqa: E402
+from fairseq_alibi_lab.processes import duration, follow, one_preparation_at_a_time, stopped_together  # noqa: E402
 from fairseq_alibi_lab.prepare import SEPARATOR  # noqa: E402  (what prepare --documents writes between articles)
 
 # Label suffix -> the evaluation's --model-overrides.
 DOCUMENT_SCORINGS = {"scored apart": f"{{'document_separator': '{SEPARATOR}'}}",
                      "scored packed": "{'document_separator': None}"}
 
-
-
-def one_preparation_at_a_time(prepare, data_bin="data-bin"):
-    """prepare() holding DATA_BIN/.prepare.lock: two runners started together (two --out) would build
-    the same data-bin folders at once (one crashed on the other's rename); the second waits, then
-    finds them made."""
-    os.makedirs(data_bin, exist_ok=True)
-    with open(os.path.join(data_bin, ".prepare.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return prepare()
 
 class Runner:
     def __init__(self, name, experiment, args):

@@ -15,6 +15,7 @@ from conftest import REPO, run
 from fairseq_alibi import methods  # noqa: E402
 from fairseq_alibi.tools import dictionaries, files, mistakes  # noqa: E402
 from fairseq_alibi_lab import result_rows  # noqa: E402
+from fairseq_alibi_lab import processes  # noqa: E402
 from fairseq_alibi_lab import recipes  # noqa: E402
 from fairseq_alibi_lab import results  # noqa: E402
 from fairseq_alibi_lab import runner as experiment  # noqa: E402
@@ -554,7 +555,7 @@ def test_two_runners_started_together_prepare_the_data_one_after_the_other(tmp_p
         return body
 
     got = {}
-    threads = [threading.Thread(target=lambda n=n: got.update({n: experiment.one_preparation_at_a_time(
+    threads = [threading.Thread(target=lambda n=n: got.update({n: processes.one_preparation_at_a_time(
         prepare(n), str(tmp_path / "data-bin"))})) for n in ("first", "second")]
     for t in threads:
         t.start()
