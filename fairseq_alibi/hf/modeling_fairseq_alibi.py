@@ -288,7 +288,9 @@ class SelfAttention(nn.Module):
                 k_stored = torch.cat([k, high[..., None], low[..., None]], -1)
                 k_all, v = cache.update(k_stored, v, layer)
                 k = k_all[..., :-2]
-            mask = extra + (mask if mask is not None else causal_mask(length, extra.size(-1), torch.float32, x.device))
+            mask = mask if mask is not None else causal_mask(length, extra.size(-1), torch.float32, x.device)
+            # in place where no gradient needs extra (one full-size tensor less), as fairseq's attention
+            mask = extra.add_(mask) if not extra.requires_grad else extra + mask
         elif cache is not None:
             k, v = cache.update(k, v, layer)
         dropout = self.dropout if self.training else 0.0

@@ -101,7 +101,8 @@ class LayerBias(nn.Module):
     layer's attention input x (T, batch, C) of the T new tokens, their queries and all keys
     (batch, heads, T or S, head_dim), the padded keys (batch, S) or None, and what it kept for
     the cached keys in incremental decoding (batch-first, or None); it returns the bias over all S
-    keys, (batch, heads, T, S) fp32 (the future is masked by attention), and what to keep."""
+    keys, (batch, heads, T, S) fp32 (at future keys, which attention masks, anything not NaN or
+    +inf: FoX puts -inf there), and what to keep. The caller may add to it in place."""
 
     def forward(self, x: Tensor, q: Tensor, k: Tensor, padding: Optional[Tensor],
                 state: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:

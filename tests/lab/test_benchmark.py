@@ -30,6 +30,22 @@ def test_benchmark_smoke_measures_each_kind_of_mode_against_the_baseline():
             assert float(speed) == 1.0 and float(memory) == 1.0
 
 
+def test_fox_bias_benchmark_times_both_ways_on_equal_masks(tmp_path):
+    """At 2,048 tokens the bias is made in blocks (positions/fox.py); the script refuses masks that
+    differ, so a row is both ways on the same mask."""
+    import json
+
+    out = tmp_path / "fox.md"
+    proc = subprocess.run([sys.executable, "benchmarks/fox_bias.py", "--lengths", "2048", "--heads", "2", "--rounds", "2",
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.with_suffix(".json").read_text())
+    assert [(r["length"], r["part"]) for r in rows] == [(2048, "mask"), (2048, "attention")]
+    for r in rows:
+        assert len(r["full_rows_s"]) == len(r["blocked_s"]) == 2 and r["speedup"] > 0
+    assert "| 2048 | mask + SDPA |" in out.read_text()
+
+
 def test_littlebird_benchmark_smoke_measures_each_encoder_against_dense():
     proc = subprocess.run([sys.executable, "benchmarks/littlebird.py", "--lengths", "128 256", "--modes", "eval",
                            "--repeats", "1"], cwd=REPO, capture_output=True, text=True)

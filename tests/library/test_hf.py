@@ -122,6 +122,28 @@ def test_a_padded_batch_gives_each_row_what_the_row_alone_gives(kind, side, expo
         torch.testing.assert_close(logits[i, where], fairseq_log_probs(model, row[None])[0], rtol=1e-5, atol=2e-5)
 
 
+def test_fox_exported_gives_the_same_logits_with_its_bias_in_blocks_of_rows(exported, monkeypatch):
+    """Long inputs make FoX's bias in blocks of rows (positions/fox.py), past each block's diagonal
+    -inf: the Hugging Face form gives the very logits of one piece, padded rows and cache included."""
+    _, dictionary, hf, _ = exported("fox")
+    gates = {type(m) for m in hf.modules() if hasattr(m, "CHUNK_PAIRS")}  # the folder's own copy of the code
+    assert len(gates) == 1
+    ForgetGate = gates.pop()
+    tokens = random_tokens(len(dictionary), 2, 30)
+    mask = torch.ones_like(tokens)
+    mask[1, :4] = 0
+    with torch.no_grad():
+        whole = hf(tokens, attention_mask=mask).logits
+        first = hf(tokens[:, :12], attention_mask=mask[:, :12], use_cache=True)
+        rest = hf(tokens[:, 12:], attention_mask=mask, past_key_values=first.past_key_values).logits
+        monkeypatch.setattr(ForgetGate, "CHUNK_PAIRS", 30 * 7)  # blocks of 7 rows
+        assert torch.equal(hf(tokens, attention_mask=mask).logits, whole)
+        first_blocks = hf(tokens[:, :12], attention_mask=mask[:, :12], use_cache=True)
+        assert torch.equal(first_blocks.logits, first.logits)
+        assert torch.equal(hf(tokens[:, 12:], attention_mask=mask, past_key_values=first_blocks.past_key_values).logits,
+                           rest)
+
+
 def greedy_without_cache(model, prompt, steps):
     """The reference: argmax of fairseq's full forward over everything so far, step by step."""
     tokens = prompt

@@ -386,3 +386,30 @@ def test_fox_evaluates_long_inputs_in_blocks_of_rows_with_the_same_bias(monkeypa
         whole = m(tokens)[0]
         monkeypatch.setattr(ForgetGate, "CHUNK_PAIRS", 40 * 7)  # blocks of 7 rows
         torch.testing.assert_close(m(tokens)[0], whole, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cached", [0, 9])
+def test_fox_blocks_of_rows_hold_c_i_minus_c_j_to_the_diagonal_and_minus_inf_past_the_blocks(cached, monkeypatch):
+    """The blocked bias against the formula written out: c_i - c_j (fp64, then fp32) for every key a
+    query sees; past its causal diagonal (masked by attention) the formula up to its block's last
+    query's diagonal and -inf after it; with `cached` keys before the new tokens (query i at
+    position cached + i) and left padding in one row."""
+    from fairseq_alibi.positions.fox import ForgetGate
+
+    torch.manual_seed(0)
+    gate, new, heads = ForgetGate(16, 4), 23, 4
+    gate.proj.weight.data.normal_(0, 1)
+    x, padding = torch.randn(new, 2, 16), torch.zeros(2, cached + new, dtype=torch.bool)
+    padding[1, :3] = True
+    state = torch.randn(2, heads, cached, dtype=torch.float64).cumsum(-1) if cached else None
+    monkeypatch.setattr(ForgetGate, "CHUNK_PAIRS", (cached + new) * 5)  # blocks of 5 rows, the last short
+    with torch.no_grad():
+        bias, c = gate(x, None, None, padding, state)
+    assert bias.shape == (2, heads, new, cached + new)
+    for i in range(new):
+        block_end = min(new, i // 5 * 5 + 5)
+        for j in range(cached + new):
+            if j < cached + block_end:
+                assert torch.equal(bias[:, :, i, j], (c[..., cached + i] - c[..., j]).float()), (i, j)
+            else:
+                assert torch.isneginf(bias[:, :, i, j]).all(), (i, j)
