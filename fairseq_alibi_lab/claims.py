@@ -301,6 +301,13 @@ LAST_METHODS = tuple(Claim(f"{label} keeps retrieving past ALiBi's field ({task}
                            (label, task, k), (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="386859a")
                      for label in ("KERPLE power", "Sandwich") for task in ("passkey", "multikey") for k in (32, 128))
 RETRIEVAL += LAST_METHODS
+# Rotary + YaRN, the one rotary scaling above its floor at 4L (44.2 ± 37.8% of passkey first words past L,
+# 7.9 ± 6.9% at 16L), asked the same past ALiBi's field; declared before its first row past 16L (its seeds
+# are trained again to get there).
+ROTARY_YARN = tuple(Claim(f"Rotary + YaRN keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)",
+                          ("Rotary + YaRN", task, k), (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="")
+                    for task in ("passkey", "multikey") for k in (32, 128))
+RETRIEVAL += ROTARY_YARN
 # The second scale (scale2) asks the comparison's claims of its own rows, which came after some of them
 # were declared (its first rows: commit 7e17a0d, 2026-11-26 16:53).
 SCALE2 = tuple(dataclasses.replace(claim, after_data=claim.declared in ("14acbae", "322d864")) for claim in CLAIMS)
