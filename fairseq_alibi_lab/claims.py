@@ -305,7 +305,7 @@ RETRIEVAL += LAST_METHODS
 # 7.9 ± 6.9% at 16L), asked the same past ALiBi's field; declared before its first row past 16L (its seeds
 # are trained again to get there).
 ROTARY_YARN = tuple(Claim(f"Rotary + YaRN keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)",
-                          ("Rotary + YaRN", task, k), (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="")
+                          ("Rotary + YaRN", task, k), (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="9033ae8")
                     for task in ("passkey", "multikey") for k in (32, 128))
 RETRIEVAL += ROTARY_YARN
 # The second scale (scale2) asks the comparison's claims of its own rows, which came after some of them
