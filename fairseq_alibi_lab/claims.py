@@ -275,17 +275,23 @@ RETRIEVAL = tuple(claim for task in RETRIEVAL_TASKS for claim in (
 # past L, against the floor of the prompts (retrieval.floor_cells: the best answerer that does not pick
 # the asked needle out) and against ALiBi. "Falls to its floor": no higher than it (at most).
 FLOOR_LABEL = "Floor"
+
+
+def keeps_retrieving(label, task, k, declared, name=None):
+    """"<name> keeps retrieving past ALiBi's field": the model's first key word over the needles past L
+    above the floor of the prompts at k x L (name: the claim's wording of the label)."""
+    return Claim(f"{name or label} keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)", (label, task, k),
+                 (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared=declared)
+
+
 PAST_FIELD = tuple(claim for task in ("passkey", "multikey") for k in (32, 128) for claim in (
     Claim(f"ALiBi's retrieval falls to its floor past its field ({task} at {k}L)", ("ALiBi", task, k),
           (FLOOR_LABEL, task, k), "at most", (FIRST_PAST_L,), declared="359d214"),
-    Claim(f"NTK-ALiBi keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)", ("ALiBi + NTK", task, k),
-          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="359d214"),
+    keeps_retrieving("ALiBi + NTK", task, k, "359d214", name="NTK-ALiBi"),
     Claim(f"NTK-ALiBi retrieves further than ALiBi past its field ({task} at {k}L)", ("ALiBi + NTK", task, k),
           ("ALiBi", task, k), "higher", (FIRST_PAST_L,), declared="359d214"),
-    Claim(f"KERPLE (log) keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)", ("KERPLE log", task, k),
-          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="359d214"),
-    Claim(f"FIRE keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)", ("FIRE", task, k),
-          (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="359d214")))
+    keeps_retrieving("KERPLE log", task, k, "359d214", name="KERPLE (log)"),
+    keeps_retrieving("FIRE", task, k, "359d214")))
 RETRIEVAL += PAST_FIELD
 # The ALiBi family's new members in the retrieval experiment, declared before their first training:
 # FoX's paper claims better retrieval than ALiBi; learned slopes are ALiBi's own baseline. At 16L,
@@ -297,16 +303,13 @@ ALIBI_FAMILY = tuple(Claim(f"{label} retrieves further than ALiBi past L ({task}
 RETRIEVAL += ALIBI_FAMILY
 # The last two registered causal methods, declared before their first training: KERPLE's power kernel and
 # Sandwich asked what KERPLE log and FIRE are past ALiBi's field (above the floor at 32L and 128L).
-LAST_METHODS = tuple(Claim(f"{label} keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)",
-                           (label, task, k), (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="386859a")
+LAST_METHODS = tuple(keeps_retrieving(label, task, k, "386859a")
                      for label in ("KERPLE power", "Sandwich") for task in ("passkey", "multikey") for k in (32, 128))
 RETRIEVAL += LAST_METHODS
 # Rotary + YaRN, the one rotary scaling above its floor at 4L (44.2 ± 37.8% of passkey first words past L,
 # 7.9 ± 6.9% at 16L), asked the same past ALiBi's field; declared before its first row past 16L (its seeds
 # are trained again to get there).
-ROTARY_YARN = tuple(Claim(f"Rotary + YaRN keeps retrieving past ALiBi's field ({task} at {k}L: above the floor)",
-                          ("Rotary + YaRN", task, k), (FLOOR_LABEL, task, k), "higher", (FIRST_PAST_L,), declared="9033ae8")
-                    for task in ("passkey", "multikey") for k in (32, 128))
+ROTARY_YARN = tuple(keeps_retrieving("Rotary + YaRN", task, k, "9033ae8") for task in ("passkey", "multikey") for k in (32, 128))
 RETRIEVAL += ROTARY_YARN
 # The second scale (scale2) asks the comparison's claims of its own rows, which came after some of them
 # were declared (its first rows: commit 7e17a0d, 2026-11-26 16:53).
