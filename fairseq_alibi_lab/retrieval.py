@@ -394,8 +394,10 @@ def score_model(runner, model, seed, checkpoint):
         asked = [length for length in wanted if length in lengths]
         if not asked:
             continue
+        long = os.path.basename(tests) == LONG_TESTS
+        scalings = model.long_scalings if long and model.long_scalings else ("none", *model.scalings)
         in_process_of_its_own(["fairseq_alibi_lab.retrieval", "score", checkpoint, runner.data, tests, out, "--label",
-                               model.label, "--scalings", "none", *model.scalings, "--lengths", *map(str, asked),
+                               model.label, "--scalings", *scalings, "--lengths", *map(str, asked),
                                "--fields", runner.row_fields(checkpoint)], f"scoring {model.label}'s retrieval")
     if model.method == "learned_alibi":  # what its slopes became: its heads' reach in tokens
         learned_slopes.record(os.path.join(runner.out, learned_slopes.ROWS), checkpoint, model.label,

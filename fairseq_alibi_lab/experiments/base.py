@@ -23,6 +23,9 @@ class Model:
     train_multiple: int = 1  # trained at this multiple of the experiment's L (the trade's long sinusoidal models)
     multiples: tuple = ()  # L_valid = multiple x L scored (default: the experiment's)
     longest: int = 0  # scored up to this multiple of L only (learned positions end at L: 1); 0, no limit
+    # Retrieval's prompts past 16L are asked with these of ("none", *scalings) only (those above their
+    # floor at 4L: a scaling at its floor there has nothing longer to show); (), all of them.
+    long_scalings: tuple = ()
     # A checkpoint the experiment's Stages.prepared makes for each seed (the GPT-2 experiment's
     # "gpt2", a GPT-2 trained with transformers and imported): the model is fine-tuned from it
     # (--finetune-from-model), or, with no method, is that checkpoint, scored as it is. A flag
@@ -41,6 +44,12 @@ class Model:
     # A prepared checkpoint: the model is the one its run kept after as many updates as that one's
     # (--save-interval-updates), not the run's last.
     kept_at: str = ""
+
+    def __post_init__(self):
+        unknown = set(self.long_scalings) - {"none", *self.scalings}
+        if unknown:
+            raise ValueError(f"{self.label}: long_scalings {', '.join(sorted(unknown))} not among its scalings "
+                             f"(none, {', '.join(self.scalings)})")
 
 
 @dataclasses.dataclass(frozen=True)

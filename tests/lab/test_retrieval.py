@@ -271,6 +271,33 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     assert sorted(tuple(r[k] for k in kept) for r in resumed) == sorted(tuple(r[k] for k in kept) for r in one)
 
 
+def test_prompts_past_16l_are_asked_with_the_models_long_scalings_only(tmp_path, monkeypatch):
+    """A model with long_scalings (rotary: YaRN, its one scaling above its floor at 4L) is scored on
+    test.jsonl with every scaling and on the prompts past 16L with those only; one naming a scaling the
+    model lacks is refused when it is declared."""
+    import types
+
+    import fairseq_alibi_lab.retrieval as retrieval
+    from fairseq_alibi_lab.experiments.base import Model
+
+    asked = []
+    monkeypatch.setattr(retrieval, "test_sets", lambda data, length: [
+        (os.path.join(data, "test.jsonl"), [40, 80]), (os.path.join(data, retrieval.LONG_TESTS), [1280, 2560])])
+    monkeypatch.setattr(retrieval, "in_process_of_its_own", lambda args, what: asked.append(args))
+    runner = types.SimpleNamespace(out=str(tmp_path), data="set", length=40, model_lengths=lambda m: [40, 80, 1280],
+                                   row_fields=lambda checkpoint: "{}")
+    for model, past_16l in [(Model("Rotary", "rotary", scalings=("ntk", "yarn"), long_scalings=("yarn",)), ["yarn"]),
+                            (Model("ALiBi", "alibi", scalings=("ntk",)), ["none", "ntk"])]:
+        asked.clear()
+        retrieval.score_model(runner, model, 1, "c.pt")
+        scored = [(a[4], a[a.index("--scalings") + 1:a.index("--lengths")], a[a.index("--lengths") + 1:a.index("--fields")])
+                  for a in asked if a[1] == "score"]
+        assert scored == [(os.path.join("set", "test.jsonl"), ["none", *model.scalings], ["40", "80"]),
+                          (os.path.join("set", retrieval.LONG_TESTS), past_16l, ["1280"])]
+    with pytest.raises(ValueError, match="long_scalings ntk not among its scalings"):
+        Model("Rotary", "rotary", scalings=("yarn",), long_scalings=("ntk",))
+
+
 def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
     """scripts/claims.py --experiment retrieval: a cell is a model (with its scaling) on one task at
     K x L, each seed's exact match averaged over the depths (the last scoring of a depth winning),
