@@ -26,6 +26,8 @@ def distillation_terms(student_log_probs: Tensor, teacher_log_probs: Tensor, kee
     dtype = torch.promote_types(student_log_probs.dtype, torch.float32)  # fp16/bf16 -> fp32
     student = F.log_softmax(student_log_probs.to(dtype) / temperature, dim=-1)
     teacher = F.log_softmax(teacher_log_probs.to(dtype) / temperature, dim=-1)
-    # sum_v p_t (log p_t - log p_s): exactly 0 when the two distributions are equal.
-    kl = F.kl_div(student, teacher, reduction="none", log_target=True).sum(-1)
+    # sum_v p_t (log p_t - log p_s): exactly 0 when the two distributions are equal. A word the teacher
+    # never predicts (log p_t = -inf: an imported GPT-2's masked symbols) adds 0 log 0 = 0, not NaN.
+    kl = F.kl_div(student, teacher, reduction="none", log_target=True)
+    kl = kl.masked_fill(teacher == float("-inf"), 0.0).sum(-1)
     return (temperature**2 * kl).masked_fill(~keep, 0.0)

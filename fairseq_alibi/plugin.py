@@ -17,4 +17,4 @@ if not hasattr(np, "compat"):
 # container of already allowed values, which fairseq's checkpoint loading needs allowed too.
 torch.serialization.add_safe_globals([argparse.Namespace])
 
-from fairseq_alibi.models import decoder, distillation_criterion, encoder, littlebird_roberta  # noqa: E402,F401
+from fairseq_alibi.models import decoder, distillation_criterion, encoder, imported_gpt2, littlebird_roberta  # noqa: E402,F401

@@ -39,9 +39,10 @@ def usage(methods):
             f"[{'|'.join(PRESETS)}] [-- flags]")
 
 
-def model_flags(method, preset, methods):
+def model_flags(method, preset, methods, extra=()):
     """The flags that choose the model: the method's architecture in the preset, or a stock twin
-    (twins.py)."""
+    (twins.py); an imported GPT-2 continued with its --masked-output-symbols (in the extra flags) is
+    the twin as gpt2_transformer_lm, the model that takes them."""
     plugin = ["--user-dir", os.path.join(REPO, "fairseq_alibi")]
     if preset == "wiki103" and method == "sinusoidal":
         return ["--arch", "transformer_lm_wiki103"]
@@ -54,6 +55,8 @@ def model_flags(method, preset, methods):
             return [*plugin, "--arch", "alibi_transformer_lm_gpt2_small"]
         if method == "learned":
             from fairseq_alibi.twins import GPT2_SMALL_TWIN_FLAGS
+            if "--masked-output-symbols" in extra:
+                return [*plugin, "--arch", "gpt2_transformer_lm", *GPT2_SMALL_TWIN_FLAGS.split()[2:]]
             return GPT2_SMALL_TWIN_FLAGS.split()
         fail("the gpt2_small preset is an imported GPT-2 (METHOD learned) and its ALiBi conversion (METHOD alibi): "
              "use one of those")
@@ -154,7 +157,7 @@ def main(argv):
         if words < 10000:
             fail(f"the small preset's adaptive cutoffs 2000,10000 need at least 10000 words, {data} has {words}: pass "
                  "-- --adaptive-input-cutoff A,B --adaptive-softmax-cutoff A,B with B <= " + str(words))
-    model = model_flags(method, preset, methods)
+    model = model_flags(method, preset, methods, extra)
 
     node_gpus = gpus_on_this_node()
     world, launcher = launcher_flags(node_gpus)

@@ -19,6 +19,7 @@ import sys
 
 import torch
 
+from fairseq_alibi.models import masked_output
 from fairseq_alibi.tools.checkpoints import field, model_and_task, read_state
 from fairseq_alibi.tools.files import folder_written_whole, new_folder_problem, one_line_on_disk_faults
 from fairseq_alibi.tools.provenance import commit
@@ -140,6 +141,7 @@ def hf_model_of(model, dictionary, provenance):
         activation_dropout=float(field(model_cfg, "activation_dropout") or 0.0),
         # fairseq's language models start every context with </s> (an end of line), and end a line with it.
         bos_token_id=dictionary.eos(), eos_token_id=dictionary.eos(), pad_token_id=dictionary.pad(),
+        masked_output_symbols=(masked_output.parse_symbols(field(model_cfg, "masked_output_symbols"), len(dictionary))),
         fairseq_alibi=provenance, auto_map=AUTO_MAP)
     hf = FairseqAlibiForCausalLM(config).eval()
     hf.load_state_dict({k: v.detach().clone().float() for k, v in state.items()}, strict=True)
@@ -160,6 +162,7 @@ def bloom_layout_problem(hf_config):
         (c.intermediate_size != 4 * c.hidden_size, "an FFN other than 4 d"),
         (c.adaptive_input is not None or c.adaptive_softmax is not None, "adaptive input or softmax"),
         (c.input_dim != c.hidden_size or c.output_dim != c.hidden_size, "projected input or output dimensions"),
+        (bool(c.masked_output_symbols), "symbols it never predicts (an imported GPT-2's)"),
     ]
     found = [why for differs, why in differences if differs]
     return ", ".join(found) if found else None

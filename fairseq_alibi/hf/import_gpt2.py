@@ -7,9 +7,12 @@ fairseq-eval-lm, fairseq-generate and the hub interface load, and which convert_
 The vocabulary: fairseq's index is the GPT-2 id + 4 (fairseq's four special symbols come first;
 dict.txt lists the ids as fairseq's GPT-2 dictionaries do), and fairseq's </s>, which starts every
 context and ends every line, is GPT-2's <|endoftext|>: its embedding. <s>, <pad> and <unk> get zero
-embeddings. A GPT-2 whose tokenizer is a fairseq dictionary already (hf/tokenizer.py's word-level
+embeddings. So that fairseq's softmax is GPT-2's, the model is `gpt2_transformer_lm` with
+--masked-output-symbols: <s>, <pad>, <unk> (which the GPT-2 lacks) and <|endoftext|>'s own index
+(fairseq's </s> predicts the end of text) never take probability (models/masked_output.py).
+A GPT-2 whose tokenizer is a fairseq dictionary already (hf/tokenizer.py's word-level
 tokenizer: fairseq's four specials at ids 0-3, as examples/wikitext2/gpt2_standin.py trains)
-keeps its ids, and dict.txt lists its words. With tokenizer files, the hub interface encodes raw text as the GPT-2 tokenizer does
+keeps its ids, and dict.txt lists its words: stock `transformer_lm`, nothing to mask. With tokenizer files, the hub interface encodes raw text as the GPT-2 tokenizer does
 (fairseq's hf_byte_bpe reads the same vocab.json and merges.txt).
 """
 import argparse
@@ -110,9 +113,12 @@ def vocabulary_problem(hf_dir, gpt2, words):
     return None
 
 
-def fairseq_flags(config, shared=True):
-    """fairseq-train's flags for the GPT-2 of config; shared: its output layer is its input embeddings."""
-    return ["--arch", "transformer_lm", "--decoder-layers", str(config.n_layer), "--decoder-embed-dim", str(config.n_embd),
+def fairseq_flags(config, shared=True, masked=()):
+    """fairseq-train's flags for the GPT-2 of config; shared: its output layer is its input embeddings;
+    masked: the dictionary indices it never predicts (gpt2_transformer_lm), else stock transformer_lm."""
+    arch = ["--arch", "gpt2_transformer_lm", "--masked-output-symbols", ",".join(map(str, masked))] if masked else [
+        "--arch", "transformer_lm"]
+    return [*arch, "--decoder-layers", str(config.n_layer), "--decoder-embed-dim", str(config.n_embd),
             "--decoder-input-dim", str(config.n_embd), "--decoder-output-dim", str(config.n_embd),
             "--decoder-ffn-embed-dim", str(config.n_inner or 4 * config.n_embd),
             "--decoder-attention-heads", str(config.n_head), "--decoder-normalize-before", "--decoder-learned-pos",
@@ -249,11 +255,18 @@ def import_gpt2(hf_dir, out_dir, seed=None):
             os.makedirs(os.path.join(partial, HF_TOKENIZER))
             for name in kept:
                 shutil.copyfile(os.path.join(hf_dir, name), os.path.join(partial, HF_TOKENIZER, name))
-        argv = ["--task", "language_modeling", partial, *fairseq_flags(gpt2.config, shared=tied(gpt2))]
+        from fairseq.data import Dictionary
+
+        from fairseq_alibi import plugin  # noqa: F401  (gpt2_transformer_lm)
+
+        dictionary = Dictionary.load(os.path.join(partial, "dict.txt"))
+        # fairseq's symbols the GPT-2 lacks, and its end of text's own index (</s> is it): no probability
+        masked = [] if words else [dictionary.bos(), dictionary.pad(), dictionary.unk(),
+                                   gpt2.config.eos_token_id + SPECIALS]
+        argv = ["--task", "language_modeling", partial, *fairseq_flags(gpt2.config, shared=tied(gpt2), masked=masked)]
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
-        dictionary = task.source_dictionary
         state = gpt2_state(gpt2, model.state_dict(), dictionary.pad(), dictionary.eos(), 0 if words else SPECIALS)
         model.load_state_dict(state, strict=True)
         container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)

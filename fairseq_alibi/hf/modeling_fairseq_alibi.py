@@ -36,7 +36,7 @@ class FairseqAlibiConfig(PreTrainedConfig):
                  layernorm_embedding=False, embed_scale=1.0, input_dim=None, output_dim=None,
                  adaptive_input=None, adaptive_softmax=None, positions="alibi", position_options=None,
                  max_positions=None, padding_idx=1, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                 fairseq_alibi=None, use_cache=True, **kwargs):
+                 fairseq_alibi=None, use_cache=True, masked_output_symbols=None, **kwargs):
         self.vocab_size, self.hidden_size = vocab_size, hidden_size
         self.num_hidden_layers, self.num_attention_heads = num_hidden_layers, num_attention_heads
         self.intermediate_size, self.activation = intermediate_size, activation
@@ -57,6 +57,8 @@ class FairseqAlibiConfig(PreTrainedConfig):
         self.max_positions, self.padding_idx = max_positions, padding_idx
         self.dropout, self.attention_dropout, self.activation_dropout = dropout, attention_dropout, activation_dropout
         self.use_cache = use_cache
+        # vocabulary indices the model never predicts (logits -inf): fairseq's specials an imported GPT-2 lacks
+        self.masked_output_symbols = list(masked_output_symbols or [])
         self.fairseq_alibi = fairseq_alibi or {}  # where the model came from: method, training length, commit
         kwargs.setdefault("tie_word_embeddings", False)  # the exported weights are copies, not ties
         super().__init__(**kwargs)
@@ -137,6 +139,7 @@ class OutputLayer(nn.Module):
         self.adaptive = adaptive is not None
         if not self.adaptive:
             self.weight = nn.Parameter(torch.empty(config.vocab_size, config.output_dim))
+            self.masked = list(config.masked_output_symbols)  # not a buffer: from_pretrained leaves those unset
             return
         self.cutoff = list(adaptive["cutoff"])
         head_dim = adaptive.get("head_dim")
@@ -150,7 +153,10 @@ class OutputLayer(nn.Module):
 
     def forward(self, x):
         if not self.adaptive:
-            return F.linear(x, self.weight)
+            logits = F.linear(x, self.weight)
+            if self.masked:
+                logits = logits.index_fill(-1, torch.tensor(self.masked, device=x.device), float("-inf"))
+            return logits
         words = self.head_words(self.head_proj(x) if self.head_proj is not None else x)
         head = torch.cat([words, self.head_clusters(x)], dim=-1).log_softmax(-1)
         first = self.cutoff[0]

@@ -27,6 +27,7 @@ from fairseq_alibi.models.attention import RelativeDecoderLayer, SquareMaskCache
 from fairseq_alibi.checks import UNBOUNDED_POSITIONS, ConfigError, check_heads
 from fairseq_alibi.documents import find_documents
 from fairseq_alibi.models.factory import causal_positions, document_separator
+from fairseq_alibi.models.masked_output import MASKED_OUTPUT_FIELD, mask_output
 from fairseq_alibi.kernels import KERNEL_NAMES
 from fairseq_alibi.positions import METHODS
 
@@ -43,6 +44,20 @@ def check_decoder_args(args, method: str):
         raise ConfigError("--character-embeddings is not supported: drop the flag")
     if getattr(args, "cross_self_attention", False):
         raise ConfigError(f"--cross-self-attention is not supported by the {method} decoder: drop it")
+
+
+def check_recorded_dictionary(args, dictionary):
+    """A model whose config records its training data's dictionary (--dictionary-sha256) is refused other data."""
+    recorded = getattr(args, dictionaries.RECORDED, None)  # None: not recorded (older checkpoints)
+    if recorded and recorded != dictionaries.fingerprint(dictionary.symbols[dictionary.nspecial:]):
+        raise ConfigError(f"this model was trained on another dictionary than the data's ({dictionaries.RECORDED} "
+                          f"{recorded}): give the data it was trained on")
+
+
+DICTIONARY_HELP = ("the training data's dictionary, as 16 hex digits of its words' sha256 (scripts/train.sh sets it): "
+                   "the model is refused data of another dictionary, whatever dict.txt sits beside its checkpoint")
+# The option as a fairseq model config field (name, type, dataclass field).
+RECORDED_DICTIONARY_FIELD = (dictionaries.RECORDED, Optional[str], field(default=None, metadata={"help": DICTIONARY_HELP}))
 
 
 class PositionDecoder(TransformerDecoder):
@@ -153,10 +168,7 @@ class PositionLanguageModel(TransformerLanguageModel):
             args.max_target_positions = UNBOUNDED_POSITIONS
 
         dictionary = task.source_dictionary
-        recorded = getattr(args, dictionaries.RECORDED, None)  # None: not recorded (older checkpoints)
-        if recorded and recorded != dictionaries.fingerprint(dictionary.symbols[dictionary.nspecial:]):
-            raise ConfigError(f"this model was trained on another dictionary than the data's ({dictionaries.RECORDED} "
-                              f"{recorded}): give the data it was trained on")
+        check_recorded_dictionary(args, dictionary)
         if args.adaptive_input:
             embed_tokens = AdaptiveInput(
                 len(dictionary), dictionary.pad(), args.decoder_input_dim,
@@ -176,7 +188,9 @@ class PositionLanguageModel(TransformerLanguageModel):
                 "--tie-adaptive-weights needs --adaptive-input with the same cutoff, factor and "
                 "dimension as the adaptive softmax"
             )
-        return cls(PositionDecoder(args, task.target_dictionary, embed_tokens, positions, kernel, separator=separator))
+        decoder = PositionDecoder(args, task.target_dictionary, embed_tokens, positions, kernel, separator=separator)
+        mask_output(decoder, getattr(args, "masked_output_symbols", None))  # an imported GPT-2's (imported_gpt2.py)
+        return cls(decoder)
 
 
 def small_architecture(args):
@@ -247,10 +261,6 @@ ATTENTION_KERNEL_HELP = (
     "blocked on CPU for inputs longer than 512 tokens, else sdpa); at evaluation set it with --model-overrides")
 
 
-DICTIONARY_HELP = ("the training data's dictionary, as 16 hex digits of its words' sha256 (scripts/train.sh sets it): "
-                   "the model is refused data of another dictionary, whatever dict.txt sits beside its checkpoint")
-
-
 def fairseq_config(method_class):
     """fairseq's transformer LM options, the method's own (its Config's fields, their defaults, help
     and choices), --document-separator and --attention-kernel (and ALiBi's older --alibi-attention)."""
@@ -259,7 +269,8 @@ def fairseq_config(method_class):
         kind = ChoiceEnum(list(option.metadata["choices"])) if "choices" in option.metadata else option.type
         fields.append((option.name, kind, field(default=option.default, metadata={"help": option.metadata["help"]})))
     fields.append(("document_separator", Optional[str], field(default=None, metadata={"help": DOCUMENT_SEPARATOR_HELP})))
-    fields.append((dictionaries.RECORDED, Optional[str], field(default=None, metadata={"help": DICTIONARY_HELP})))
+    fields.append(RECORDED_DICTIONARY_FIELD)
+    fields.append(MASKED_OUTPUT_FIELD)
     fields.append(("attention_kernel", ChoiceEnum(list(KERNEL_NAMES)), field(
         default="auto", metadata={"help": ATTENTION_KERNEL_HELP})))
     if method_class.method == "alibi":  # the option's name before --attention-kernel; still read (models/factory.py)

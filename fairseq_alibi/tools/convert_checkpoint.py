@@ -7,7 +7,8 @@ Two kinds of source:
 - A checkpoint of the paper's fork (alibi_wt103_L*.pt), trained with ALiBi. It says
   `transformer_lm_wiki103`, so stock fairseq loads it silently as a sinusoidal model (about twice
   the true perplexity). It is recognised by its `max_tokens` model field, which the fork added.
-- A stock `transformer_lm` with learned or sinusoidal positions, only with --replace-positions:
+- A stock `transformer_lm` with learned or sinusoidal positions (or an imported GPT-2's
+  `gpt2_transformer_lm`, its --masked-output-symbols kept), only with --replace-positions:
   its position embeddings are dropped and ALiBi takes their place, a different model that needs
   fine-tuning (see the README: "Give an existing model ALiBi"). Without the flag it is refused,
   because scoring it as ALiBi is silently wrong.
@@ -83,7 +84,7 @@ def convert_state(state, replace_positions=False, name="checkpoint"):
             logger.info("%s is already an ALiBi checkpoint (%s): copied unchanged", name, model_cfg["_name"])
         return state
     task = (cfg.get("task") or {}).get("_name")
-    if task != "language_modeling" or not str(arch).startswith("transformer_lm"):
+    if task != "language_modeling" or not str(arch).startswith(("transformer_lm", "gpt2_transformer_lm")):
         raise ConfigError(
             f"{name} is a {task} / {arch} checkpoint, not a transformer language model: only "
             "language_modeling transformer_lm checkpoints can be converted"
@@ -99,7 +100,8 @@ def convert_state(state, replace_positions=False, name="checkpoint"):
     known = {f.name for f in dataclasses.fields(ALIBI_CONFIG)}
     dropped = sorted(k for k in model_cfg if k not in known and k != "_name")
     new_cfg = {k: v for k, v in model_cfg.items() if k in known}
-    new_cfg.update({f.name: f.default for f in ALIBI_FIELDS})  # so --model-overrides can set them
+    # so --model-overrides can set them; an imported GPT-2's --masked-output-symbols kept
+    new_cfg.update({f.name: f.default for f in ALIBI_FIELDS if f.name not in new_cfg})
     new_cfg["_name"] = "alibi_transformer_lm"
     new_cfg["arch"] = "alibi_transformer_lm_wiki103" if "wiki103" in str(arch) else "alibi_transformer_lm"
     new_cfg["no_token_positional_embeddings"] = True

@@ -364,50 +364,6 @@ def imported(tiny_gpt2, tmp_path_factory):
     return out
 
 
-def test_an_imported_gpt2_gives_hfs_logits_from_fairseq_and_encodes_text_as_its_tokenizer(tiny_gpt2, imported):
-    from fairseq.models.transformer_lm import TransformerLanguageModel
-
-    gpt2, tokenizer, _, text = tiny_gpt2
-    hub = TransformerLanguageModel.from_pretrained(str(imported), "checkpoint.pt").eval()
-    line = text.splitlines()[3]
-    ids = tokenizer(line)["input_ids"]
-    encoded = hub.encode(line)
-    assert (encoded[:-1] - 4).tolist() == ids and encoded[-1] == hub.task.source_dictionary.eos()
-    # fairseq's </s> is GPT-2's <|endoftext|>: a context starts with it in both.
-    hf_ids = torch.tensor([[tokenizer.eos_token_id] + ids][:64])[:, :64]
-    fairseq_ids = hf_ids + 4
-    fairseq_ids[:, 0] = hub.task.source_dictionary.eos()
-    with torch.no_grad():
-        expected = gpt2(hf_ids).logits
-        got = hub.models[0](fairseq_ids)[0]
-    torch.testing.assert_close(got[..., 4:], expected, rtol=1e-5, atol=1e-5)
-
-
-def test_import_then_export_gives_the_hf_model_back(tiny_gpt2, imported, tmp_path):
-    from transformers import AutoModelForCausalLM
-
-    from fairseq_alibi.hf.export import export
-
-    gpt2, tokenizer, _, text = tiny_gpt2
-    export(str(imported / "checkpoint.pt"), str(tmp_path / "back"))
-    back = AutoModelForCausalLM.from_pretrained(tmp_path / "back", trust_remote_code=True).eval()
-    hf_ids = torch.tensor([tokenizer(text.splitlines()[5] + text.splitlines()[7])["input_ids"][:64]])
-    with torch.no_grad():
-        torch.testing.assert_close(back(hf_ids + 4).logits[..., 4:], gpt2(hf_ids).logits, rtol=1e-5, atol=1e-5)
-
-
-def test_an_imported_gpt2_takes_alibi_with_replace_positions(imported, tmp_path):
-    from fairseq_alibi.models.build import load_checkpoint
-
-    proc = subprocess.run([sys.executable, "-m", "fairseq_alibi.tools.convert_checkpoint", "--replace-positions",
-                           str(imported / "checkpoint.pt"), str(tmp_path / "alibi.pt")], capture_output=True, text=True, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    model, cfg, _ = load_checkpoint(str(tmp_path / "alibi.pt"), str(imported))
-    assert model.decoder.positions.method == "alibi" and model.decoder.embed_positions is None
-    with torch.no_grad():  # past GPT-2's 64 positions
-        assert torch.isfinite(model(torch.randint(4, 300, (1, 200)))[0]).all()
-
-
 def test_import_refuses_what_is_not_a_gpt2_in_one_line_and_writes_nothing(tiny_gpt2, tmp_path):
     bert = tmp_path / "bert"
     bert.mkdir()

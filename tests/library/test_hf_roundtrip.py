@@ -57,29 +57,6 @@ def import_tool(*argv):
     return refusal(main, *argv)
 
 
-@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
-def test_a_tied_and_an_untied_gpt2_import_and_export_with_hfs_logits(tie, tmp_path):
-    from fairseq.models.transformer_lm import TransformerLanguageModel
-    from transformers import AutoModelForCausalLM
-
-    from fairseq_alibi.hf.export import export
-    from fairseq_alibi.hf.import_gpt2 import import_gpt2
-
-    gpt2, tokenizer = save_gpt2(tmp_path / "hf", tie)
-    assert tie or (gpt2.lm_head.weight - gpt2.transformer.wte.weight).abs().max() > 1
-    import_gpt2(str(tmp_path / "hf"), str(tmp_path / "fairseq"))
-    hub = TransformerLanguageModel.from_pretrained(str(tmp_path / "fairseq"), "checkpoint.pt").eval()
-    ids = torch.tensor([[tokenizer.eos_token_id] + tokenizer(text_lines(6)[3])["input_ids"][:40]])
-    fairseq_ids = ids + 4
-    fairseq_ids[:, 0] = hub.task.source_dictionary.eos()
-    with torch.no_grad():
-        expected = gpt2(ids).logits
-        torch.testing.assert_close(hub.models[0](fairseq_ids)[0][..., 4:], expected, rtol=1e-5, atol=1e-5)
-        export(str(tmp_path / "fairseq" / "checkpoint.pt"), str(tmp_path / "back"))
-        back = AutoModelForCausalLM.from_pretrained(tmp_path / "back", trust_remote_code=True).eval()
-        torch.testing.assert_close(back(fairseq_ids).logits[..., 4:], expected, rtol=1e-5, atol=1e-5)
-
-
 def test_what_is_not_the_weights_config_or_tokenizer_is_refused_in_one_line(tmp_path):
     """Each folder below once imported with random weights filled in, a wrong head or a traceback."""
     from transformers import BloomConfig, BloomForCausalLM

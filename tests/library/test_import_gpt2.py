@@ -1,0 +1,279 @@
+"""fairseq-alibi-import-hf on GPT-2s shaped like trained ones: every logit far below zero (their token
+rows share a direction that the final LayerNorm's bias points against), where a zero row's logit 0
+would take almost all the mass. fairseq's distribution is HF's, exactly, from the model, the hub
+interface, fairseq-eval-lm and the export back to Hugging Face; the conversion to ALiBi keeps it."""
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, find_wikitext2, run
+
+pytest.importorskip("transformers")
+
+VARIANTS = ("bpe_tied", "bpe_untied", "word_level_tied")
+
+
+def below_zero(gpt2, shift=2.0, pull=7.0, gain=0.3):
+    """Move a random GPT-2's logits far below zero, as a trained GPT-2's sit: every token row (input
+    and output) gains `shift` times one unit direction u, the final LayerNorm's bias is -pull u and its
+    gain `gain`, so every logit is about -shift x pull (the normalized state's own share along u, at
+    most gain x sqrt(d) x shift, moves it a few nats)."""
+    u = torch.nn.functional.normalize(torch.randn(gpt2.config.n_embd), dim=0)
+    with torch.no_grad():
+        gpt2.transformer.wte.weight += shift * u
+        if gpt2.lm_head.weight.data_ptr() != gpt2.transformer.wte.weight.data_ptr():
+            gpt2.lm_head.weight += shift * u
+        gpt2.transformer.ln_f.bias.copy_(-pull * u)
+        gpt2.transformer.ln_f.weight.fill_(gain)
+    return gpt2
+
+
+def wikitext_lines(count=400):
+    with open(os.path.join(find_wikitext2(), "wiki.valid.tokens"), encoding="utf-8") as f:
+        return [next(f) for _ in range(count)]
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def negative_gpt2(request, tmp_path_factory):
+    """(variant, HF model, a function from a text line to GPT-2 ids, the HF folder, the imported folder)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from fairseq_alibi.hf.import_gpt2 import import_gpt2
+
+    variant, lines = request.param, wikitext_lines()
+    out = tmp_path_factory.mktemp(variant)
+    torch.manual_seed(0)
+    if variant.startswith("bpe"):
+        from tokenizers import ByteLevelBPETokenizer
+
+        bpe = ByteLevelBPETokenizer()
+        bpe.train_from_iterator(["".join(lines)], vocab_size=300, min_frequency=2, special_tokens=["<|endoftext|>"])
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>",
+                                            bos_token="<|endoftext|>")
+        # the end of text's id in the middle of the vocabulary, where GPT-2's own is not: nothing may rest on its place
+        config = GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                            eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+                            tie_word_embeddings=variant == "bpe_tied")
+        encode = lambda line: tokenizer(line.strip())["input_ids"]  # noqa: E731  (fairseq's hf_byte_bpe strips the line)
+    else:
+        from fairseq.data import Dictionary
+
+        from fairseq_alibi.hf.tokenizer import word_level_tokenizer
+
+        dictionary = Dictionary()
+        for line in lines:
+            for word in line.split():
+                dictionary.add_symbol(word)
+        tokenizer = word_level_tokenizer(dictionary)
+        config = GPT2Config(vocab_size=len(dictionary), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                            eos_token_id=dictionary.eos(), bos_token_id=dictionary.eos(), pad_token_id=dictionary.pad())
+        encode = lambda line: [dictionary.index(w) for w in line.split()]  # noqa: E731
+    gpt2 = below_zero(GPT2LMHeadModel(config).eval())
+    gpt2.save_pretrained(out / "hf")
+    tokenizer.save_pretrained(out / "hf")
+    import_gpt2(str(out / "hf"), str(out / "imported"))
+    return variant, gpt2, encode, out / "hf", out / "imported"
+
+
+def fairseq_index(variant, gpt2):
+    """fairseq's dictionary index of each GPT-2 id (fairseq's </s> is GPT-2's end of text)."""
+    size, eos = gpt2.config.vocab_size, gpt2.config.eos_token_id
+    if variant.startswith("word_level"):
+        return torch.arange(size)
+    index = torch.arange(size) + 4
+    index[eos] = 2
+    return index
+
+
+def hf_log_probs(gpt2, ids):
+    with torch.no_grad():
+        return gpt2(torch.tensor([ids])).logits[0].log_softmax(-1)
+
+
+def test_the_gpt2s_logits_sit_far_below_zero(negative_gpt2):
+    _, gpt2, encode, _, _ = negative_gpt2
+    ids = [gpt2.config.eos_token_id, *encode(wikitext_lines()[3])][:64]
+    with torch.no_grad():
+        logits = gpt2(torch.tensor([ids])).logits
+    assert logits.max() < -5, logits.max()
+
+
+def test_fairseqs_log_probabilities_are_the_gpt2s_and_its_specials_take_no_mass(negative_gpt2):
+    from fairseq_alibi.models.build import load_checkpoint
+
+    variant, gpt2, encode, _, imported = negative_gpt2
+    model, _, task = load_checkpoint(str(imported / "checkpoint.pt"), str(imported))
+    index = fairseq_index(variant, gpt2)
+    ids = [gpt2.config.eos_token_id, *encode(wikitext_lines()[3])][:64]
+    with torch.no_grad():
+        got = model.get_normalized_probs(model(index[torch.tensor([ids])]), log_probs=True)[0]
+    expected = hf_log_probs(gpt2, ids)
+    torch.testing.assert_close(got[:, index], expected, rtol=1e-5, atol=1e-5)
+    others = torch.ones(got.size(-1), dtype=torch.bool)
+    others[index] = False
+    assert others.sum() == (0 if variant.startswith("word_level") else 4)  # <s>, <pad>, <unk>, <|endoftext|>'s own
+    assert (got[:, others] == float("-inf")).all()
+    torch.testing.assert_close(got[:, index].exp().sum(-1), torch.ones(len(ids)))
+
+
+def test_the_hub_interface_scores_text_as_the_gpt2(negative_gpt2):
+    from fairseq.models.transformer_lm import TransformerLanguageModel
+
+    from fairseq_alibi import plugin  # noqa: F401  (gpt2_transformer_lm)
+
+    variant, gpt2, encode, _, imported = negative_gpt2
+    if variant.startswith("word_level"):
+        pytest.skip("the hub encodes raw text with a BPE only")
+    hub = TransformerLanguageModel.from_pretrained(str(imported), "checkpoint.pt").eval()
+    line = wikitext_lines()[5].strip()
+    eos = gpt2.config.eos_token_id
+    ids = encode(line)
+    assert hub.encode(line).tolist() == [*(fairseq_index(variant, gpt2)[ids].tolist()), hub.task.source_dictionary.eos()]
+    scored = hub.score(line)["positional_scores"]
+    # the hub scores the line's tokens, each after </s> (GPT-2's end of text) and the tokens before it
+    expected = hf_log_probs(gpt2, [eos, *ids])[torch.arange(len(ids)), torch.tensor(ids)]
+    torch.testing.assert_close(scored, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_fairseq_eval_lm_gives_the_gpt2s_perplexity(negative_gpt2, tmp_path):
+    """The text binarized with the import's dict.txt, scored nonoverlapping at 32 tokens: fairseq-eval-lm's
+    perplexity is HF's on the same blocks (each block's first input the token before it, </s> at the start)."""
+    variant, gpt2, encode, _, imported = negative_gpt2
+    lines = [line for line in wikitext_lines()[:60] if line.strip()]
+    eos = gpt2.config.eos_token_id
+    to_fairseq = fairseq_index(variant, gpt2)
+    symbols = ["<s>", "<pad>", "</s>", "<unk>", *open(imported / "dict.txt").read().split()[::2]]
+    text = [" ".join(symbols[to_fairseq[i]] for i in encode(line)) for line in lines]
+    (tmp_path / "valid.txt").write_text("\n".join(text) + "\n")
+    run(["fairseq-preprocess", "--only-source", "--srcdict", str(imported / "dict.txt"), "--validpref",
+         str(tmp_path / "valid.txt"), "--destdir", str(tmp_path / "bin"), "--workers", "1"])
+    printed = run(["fairseq-alibi-eval-lm", str(tmp_path / "bin"), "--path", str(imported / "checkpoint.pt"),
+                   "--gen-subset", "valid", "--tokens-per-sample", "32", "--max-tokens", "4096"])
+    fairseq_loss = float(re.search(r"Loss \(base 2\): ([0-9.]+)", printed).group(1))
+    stream = [t for line in lines for t in (*encode(line), eos)]
+    total, previous = 0.0, eos
+    for start in range(0, len(stream), 32):
+        block = stream[start:start + 32]
+        inputs = [previous, *block[:-1]]
+        total += hf_log_probs(gpt2, inputs)[torch.arange(len(block)), torch.tensor(block)].sum().item()
+        previous = block[-1]
+    hf_loss = -total / len(stream) / math.log(2)
+    assert fairseq_loss == pytest.approx(hf_loss, abs=1e-4)  # fairseq prints 4 decimals
+    assert 2 ** hf_loss < 2 * gpt2.config.vocab_size  # a random GPT-2's perplexity, not the specials' millions
+
+
+def test_import_then_export_gives_the_gpt2s_log_probabilities(negative_gpt2, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from fairseq_alibi.hf.export import export
+
+    variant, gpt2, encode, _, imported = negative_gpt2
+    export(str(imported / "checkpoint.pt"), str(tmp_path / "back"))
+    back = AutoModelForCausalLM.from_pretrained(tmp_path / "back", trust_remote_code=True).eval()
+    index = fairseq_index(variant, gpt2)
+    ids = [gpt2.config.eos_token_id, *encode(wikitext_lines()[7])][:64]
+    with torch.no_grad():
+        got = back(index[torch.tensor([ids])]).logits[0].log_softmax(-1)
+    torch.testing.assert_close(got[:, index], hf_log_probs(gpt2, ids), rtol=1e-4, atol=1e-4)
+    assert torch.isclose(got[:, index].exp().sum(-1), torch.ones(len(ids))).all()
+
+
+def test_the_alibi_conversion_keeps_the_masked_symbols(negative_gpt2, tmp_path):
+    from fairseq_alibi.models.build import load_checkpoint
+
+    variant, gpt2, _, _, imported = negative_gpt2
+    proc = subprocess.run([sys.executable, "-m", "fairseq_alibi.tools.convert_checkpoint", "--replace-positions",
+                           str(imported / "checkpoint.pt"), str(tmp_path / "alibi.pt")], capture_output=True, text=True,
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    model, _, _ = load_checkpoint(str(tmp_path / "alibi.pt"), str(imported))
+    index = fairseq_index(variant, gpt2)
+    with torch.no_grad():
+        # past the GPT-2's 64 positions
+        log_probs = model.get_normalized_probs(model(index[torch.randint(0, gpt2.config.vocab_size, (1, 200))]),
+                                               log_probs=True)[0]
+    torch.testing.assert_close(log_probs[:, index].exp().sum(-1), torch.ones(200))
+    assert model.decoder.positions.method == "alibi" and model.decoder.embed_positions is None
+
+
+def test_masked_output_symbols_are_checked_at_build():
+    from conftest import build_model
+
+    with pytest.raises(SystemExit, match="not an index of the 54-symbol dictionary"):
+        build_model("alibi_transformer_lm", extra=["--masked-output-symbols", "0,99"])
+    with pytest.raises(SystemExit, match="comma-separated dictionary indices"):
+        build_model("alibi_transformer_lm", extra=["--masked-output-symbols", "unk"])
+    with pytest.raises(SystemExit, match="one output matrix"):
+        build_model("alibi_transformer_lm", extra=["--masked-output-symbols", "0", "--adaptive-softmax-cutoff", "20,40"])
+
+
+def test_distillation_from_a_teacher_that_never_predicts_a_word_is_finite():
+    from fairseq_alibi.distillation import distillation_terms
+
+    teacher = torch.randn(3, 7).log_softmax(-1)
+    teacher[:, 0] = float("-inf")
+    student = torch.randn(3, 7, requires_grad=True)
+    masked_student = student.masked_fill(torch.arange(7) == 0, float("-inf")).log_softmax(-1)
+    terms = distillation_terms(masked_student, teacher, torch.ones(3, dtype=torch.bool), 2.0)
+    terms.sum().backward()
+    assert torch.isfinite(terms).all() and torch.isfinite(student.grad).all()
+    expected = (teacher[:, 1:] / 2).log_softmax(-1)
+    naive = (expected.exp() * (expected - (masked_student[:, 1:] / 2).log_softmax(-1))).sum(-1) * 4
+    torch.testing.assert_close(terms, naive)
+
+
+def test_a_fine_tune_that_would_drop_the_masked_symbols_is_refused_in_one_line(negative_gpt2, tmp_path):
+    """fairseq's --finetune-from-model loads the start's weights only: the new model's options are the
+    command line's, so a fine-tune of an imported GPT-2 without its --masked-output-symbols would put
+    mass on fairseq's specials again."""
+    from fairseq_alibi.tools.mistakes import common_mistake
+
+    variant, _, _, _, imported = negative_gpt2
+    start = str(imported / "checkpoint.pt")
+    if variant.startswith("word_level"):  # nothing masked: nothing to carry, and the flag is refused
+        assert common_mistake("train", ["--finetune-from-model", start], None) is None
+        assert "predicts every symbol" in common_mistake(
+            "train", ["--finetune-from-model", start, "--masked-output-symbols", "0"], None)
+        return
+    refused = common_mistake("train", ["--arch", "transformer_lm", "--finetune-from-model", start], None)
+    assert "--masked-output-symbols 0,1,3,4" in refused and len(refused.splitlines()) == 1
+    assert common_mistake("train", ["--finetune-from-model", start, "--masked-output-symbols", "0,1,3,4"], None) is None
+
+
+@pytest.mark.slow
+def test_the_imported_gpt2_continues_with_its_masked_symbols_through_train_sh(negative_gpt2, tmp_path):
+    """scripts/train.sh learned ... gpt2_small with the import's --masked-output-symbols continues it as
+    gpt2_transformer_lm (the masked symbols kept); without them it is refused in one line."""
+    from fairseq_alibi.models.build import load_checkpoint
+
+    variant, gpt2, encode, _, imported = negative_gpt2
+    if variant != "bpe_tied":
+        pytest.skip("one import is enough for the training path")
+    symbols = ["<s>", "<pad>", "</s>", "<unk>", *open(imported / "dict.txt").read().split()[::2]]
+    index = fairseq_index(variant, gpt2)
+    text = [" ".join(symbols[index[i]] for i in encode(line)) for line in wikitext_lines()[:80] if line.strip()]
+    for split in ("train", "valid"):
+        (tmp_path / f"{split}.txt").write_text("\n".join(text) + "\n")
+    run(["fairseq-preprocess", "--only-source", "--srcdict", str(imported / "dict.txt"), "--trainpref",
+         str(tmp_path / "train.txt"), "--validpref", str(tmp_path / "valid.txt"), "--destdir", str(tmp_path / "bin"),
+         "--workers", "1"])
+    toy = ["--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-input-dim", "32", "--decoder-output-dim", "32",
+           "--decoder-ffn-embed-dim", "128", "--decoder-attention-heads", "4", "--max-update", "2", "--max-tokens", "128",
+           "--disable-validation", "--finetune-from-model", str(imported / "checkpoint.pt")]
+    command = ["scripts/train.sh", "learned", "64", str(tmp_path / "bin"), str(tmp_path / "refused"), "gpt2_small", "--", *toy]
+    refused = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    assert refused.returncode != 0 and "--masked-output-symbols 0,1,3,4" in refused.stderr.strip().splitlines()[-1]
+    command[4] = str(tmp_path / "continued")
+    run([*command, "--masked-output-symbols", "0,1,3,4"], cwd=REPO)
+    model, cfg, _ = load_checkpoint(str(tmp_path / "continued" / "checkpoint_last.pt"), str(tmp_path / "bin"))
+    assert cfg.model._name == "gpt2_transformer_lm" and cfg.model.masked_output_symbols == "0,1,3,4"
+    with torch.no_grad():
+        log_probs = model.get_normalized_probs(model(index[torch.randint(0, gpt2.config.vocab_size, (1, 64))]),
+                                               log_probs=True)[0]
+    torch.testing.assert_close(log_probs[:, index].exp().sum(-1), torch.ones(64))
