@@ -563,6 +563,15 @@ def audit(found, locate, claims, paths, date=git_date, retired=()):
     same; a scoring of SCORINGS_DECLARED against the first row of the whole experiment."""
     from fairseq_alibi_lab.result_rows import read_rows
 
+    undated = date
+
+    def date(commit):  # an audit without the history that dates a commit would read "not post hoc": refused
+        when = undated(commit)
+        if when is None:
+            raise SystemExit(f"error: --audit needs the git history that holds commit {commit} (this is a shallow "
+                             "clone or a copy without .git?): run it in a full clone (git fetch --unshallow)")
+        return when
+
     def earliest_rows(paths, key):
         first = {}  # key(row) -> (date, commit) of its earliest row
         for path in paths:
@@ -663,11 +672,14 @@ def main():
             if not os.path.exists(path):
                 p.error(f"no {path}: the retrieval experiment writes it (scripts/experiment.py retrieval)")
         raw += paths
-        rows = [r for path in paths for r in results.read_json_lines(
-            path, ("label", "task", "length", "depth", "accuracy", "checkpoint"), "fairseq_alibi_lab/retrieval.py")]
         from fairseq_alibi_lab.retrieval import read_floors
 
-        floors = [r for path in args.results for r in read_floors(os.path.dirname(path))]
+        rows, floors = [], []
+        for path in paths:  # each folder's rows with the floors of their own prompts
+            these = list(results.read_json_lines(path, ("label", "task", "length", "depth", "accuracy", "checkpoint"),
+                                                 "fairseq_alibi_lab/retrieval.py"))
+            rows += these
+            floors += read_floors(os.path.dirname(path), these)
         found, length = retrieval_cells(rows, floors)
         locate = retrieval_locate(length)
         if args.compare:  # a comparison not declared before the results: named as asked, same rule and test

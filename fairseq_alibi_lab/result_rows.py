@@ -2,6 +2,7 @@
 a row is found by), the fields a caller may add and what identifies the checkpoint and data a row
 measured. Plain Python (no fairseq or torch)."""
 import json
+import math
 import os
 
 
@@ -77,6 +78,12 @@ def append_lines(path, lines):
         if not_numbers:
             raise SystemExit(f"error: a score came out {not_numbers[0]} (the model diverged, or a bug): not recorded "
                              f"in {path}: " + line[:300])
+        try:
+            impossible = value_problem(json.loads(line))
+        except ValueError:
+            impossible = None  # not a JSON row: written as given
+        if impossible:
+            raise SystemExit(f"error: {impossible} (a bug): not recorded in {path}: " + line[:300])
     existed = os.path.exists(path)
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -116,17 +123,46 @@ def options_changed(path, options):
     return [(name, recorded.get(name), value) for name, value in options.items() if recorded.get(name) != value]
 
 
+# What a measured value can be, by its field's name: (low, high), both included. Any other number must be finite.
+POSSIBLE = {"perplexity": (1.0, math.inf), "perplexity_blocks": (1.0, math.inf), "perplexity_stride_1": (1.0, math.inf),
+            "perplexity_stride_half": (1.0, math.inf), "loss": (0.0, math.inf), "loss_base2": (0.0, math.inf),
+            "accuracy": (0.0, 1.0), "first_accuracy": (0.0, 1.0)}
+
+
+def value_problem(row):
+    """None, or why a row holds a value no measurement gives: NaN or an infinity, a perplexity below 1, a
+    loss below 0, an accuracy outside [0, 1], more correct answers than prompts. The one check between a
+    row and a table or verdict (read_rows) and before a row is written (append_lines)."""
+    if not isinstance(row, dict):
+        return None
+    for name, value in row.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        low, high = POSSIBLE.get(name, (-math.inf, math.inf))
+        if not (math.isfinite(value) and low <= value <= high):
+            return f"{name} {value!r} is not a possible measurement" + (f" (it lies in [{low}, {high}])" if name in POSSIBLE else "")
+    for correct in ("correct", "first_correct"):
+        if isinstance(row.get(correct), int) and isinstance(row.get("n"), int) and not 0 <= row[correct] <= row["n"]:
+            return f"{correct} {row[correct]} of n {row['n']} prompts is not a possible count"
+    return None
+
+
 def read_rows(path):
     """The rows of a results file so far; a line cut short by an interrupted write is skipped (it
-    is measured again)."""
+    is measured again). A row with an impossible value (value_problem: a hand edit, another tool's
+    NaN) stops with one line naming it: no table or verdict is computed from it."""
     rows = []
     if os.path.isfile(path):
         with open(path) as f:
-            for line in f:
+            for number, line in enumerate(f, 1):
                 try:
-                    rows.append(json.loads(line))
+                    row = json.loads(line)
                 except json.JSONDecodeError:
-                    pass
+                    continue
+                problem = value_problem(row)
+                if problem:
+                    raise SystemExit(f"error: {path} line {number}: {problem}: correct or remove the row")
+                rows.append(row)
     return rows
 
 

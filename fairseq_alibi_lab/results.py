@@ -19,6 +19,7 @@ import os
 from collections import defaultdict
 
 from fairseq_alibi.tools.files import one_line_on_disk_faults, written_whole
+from fairseq_alibi_lab.result_rows import value_problem
 
 
 # Row labels in the paper's order (Tables 2-4), then the methods added since, then the
@@ -100,7 +101,8 @@ def row_problem(row, fields=FIELDS):
         return f"is not a result of this kind (no {', '.join(missing)})"
     if "perplexity" in fields and (not isinstance(row["perplexity"], (int, float)) or not math.isfinite(row["perplexity"])):
         return f"has perplexity {row['perplexity']!r}, not a finite number (a diverged model?)"
-    return None
+    impossible = value_problem(row)
+    return f"holds {impossible}" if impossible else None
 
 
 def measure(row):

@@ -589,12 +589,41 @@ def floor_cells(floors, metric="accuracy", keep=None):
     return cells
 
 
-def read_floors(out):
-    """The floor rows beside a results folder's rows (OUT/floors.jsonl), or []."""
+def read_floors(out, scored):
+    """The floor rows beside a results folder's rows (OUT/floors.jsonl), checked against the `scored`
+    rows: one line, and no table or verdict, where they are missing or another prompt set's."""
     from fairseq_alibi_lab.result_rows import read_rows
 
     path = os.path.join(out, FLOOR_ROWS)
-    return list(read_rows(path)) if os.path.exists(path) else []
+    floors = list(read_rows(path)) if os.path.exists(path) else []
+    problem = floors_problem(scored, floors, path)
+    if problem:
+        raise SystemExit(f"error: {problem}")
+    return floors
+
+
+def floors_problem(scored, floors, path):
+    """None, or why `floors` (the rows of `path`) are not the floors of the prompts the `scored` rows were
+    asked: none at all, two prompt sets at one task and length, none at a scored length, or another
+    set's than the rows record (prompts_sha256; rows scored before it was recorded are checked by the rest)."""
+    make = f"`python -m fairseq_alibi_lab.retrieval floors TEST.jsonl [TEST-LONG.jsonl] {path}` from the rows' prompts"
+    if scored and not floors:
+        return f"no floors at {path} beside the scored rows: write them with {make}"
+    sets = {}
+    for r in floors:
+        sets.setdefault((r["task"], r["length"]), set()).add(r.get("prompts_sha256"))
+    for (task, length), prompts in sorted(sets.items()):
+        if len(prompts) > 1:
+            return (f"{path} holds the floors of {len(prompts)} prompt sets at {task}, {length} tokens "
+                    f"({', '.join(sorted(map(str, prompts)))}): keep one, written with {make}")
+    for r in scored:
+        held = sets.get((r["task"], r["length"]))
+        if held is None:
+            return f"{path} has no floor of {r['task']} at {r['length']} tokens, which the rows score: write them with {make}"
+        if r.get("prompts_sha256") and r["prompts_sha256"] not in held:
+            return (f"{path} holds the floors of other prompts ({', '.join(map(str, held))}) than the rows' "
+                    f"({r['prompts_sha256']}) at {r['task']}, {r['length']} tokens: write them with {make}")
+    return None
 
 
 def perplexities(rows):
@@ -632,7 +661,7 @@ def report(rows, out):
     lengths = sorted({r["length"] for r in scored})
     perplexity = perplexities(rows)
     base = {method_name(r): r.get("label") or r["model"] for r in scored}
-    floors = read_floors(out)
+    floors = read_floors(out, scored)
     train_length = min(lengths)
     lines = []
     views = [("mean over 5 depths, needles near the question included", None)]

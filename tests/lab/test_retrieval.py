@@ -3,6 +3,7 @@ in training, prompts of the asked length with the needle where the depth puts it
 decoding as fairseq's own model decodes."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -27,6 +28,19 @@ def make(source, out, *flags):
     return run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "make", str(out), "--source", str(source),
                 "--length", "48", "--examples", "2", "--long-examples", "1", *flags])
 
+
+
+def toy_floors(rows, prompts="toy"):
+    """Floor rows of one prompt set for every (task, length, depth) the rows score (retrieval.floor_rows'
+    fields): the tables and claims refuse scored rows without the floors of their prompts."""
+    from fairseq_alibi_lab.retrieval import FLOOR, FLOORS
+
+    groups = sorted({(r["task"], r["length"], r["depth"]) for r in rows})
+    return [{"label": f"Floor: {floor}", "model": "floor", "checkpoint": FLOOR, "scaling": "none", "task": task,
+             "length": length, "depth": depth, "n": 10, "accuracy": 0.0001, "first_accuracy": 0.01,
+             "min_distance": int(length * (1 - depth)) + 5, "max_distance": int(length * (1 - depth)) + 5,
+             "prompts_sha256": prompts, "experiment": "retrieval", "seed": None}
+            for task, length, depth in groups for floor in FLOORS]
 
 def test_make_is_deterministic_and_mixes_the_asked_share(source, tmp_path):
     printed = make(source, tmp_path / "a")
@@ -332,7 +346,7 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
         {"ALiBi-s1.pt": 15.0, "ALiBi-s2.pt": 10.0, "ALiBi-s3.pt": 15.0})
     assert found[("first key word", "ALiBi", "passkey", 256)] == pytest.approx({f"ALiBi-s{s}.pt": 100.0 for s in (1, 2, 3)})
     assert found[("first key word", "ALiBi", "passkey", 64)] == pytest.approx({f"ALiBi-s{s}.pt": 100.0 for s in (1, 2, 3)})
-    text = claims.retrieval_table(rows)
+    text = claims.retrieval_table(rows, floors=toy_floors(rows))
     lines = {line.split(" | ")[0].lstrip("| ") + " / " + line.split(" | ")[2]: line for line in text.splitlines()[2:]
              if line.startswith("| ")}  # claim / scoring (the second column: when it was declared)
     fails = lines["ALiBi fails past L (passkey: L above 4L) / exact match (%)"]
@@ -347,6 +361,9 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
     missing = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     assert missing.returncode == 2 and "the retrieval experiment writes it" in missing.stderr.strip().splitlines()[-1]
     (tmp_path / "retrieval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    no_floors = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    assert no_floors.returncode == 1 and "no floors at" in no_floors.stderr.strip().splitlines()[-1]
+    (tmp_path / "floors.jsonl").write_text("".join(json.dumps(r) + "\n" for r in toy_floors(rows)))
     printed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert printed == text
     # --compare: an undeclared comparison of two cells on one task, by the same rule and test as the
@@ -354,6 +371,9 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
     compared = [line for line in subprocess.run(command + ["--compare", "ALiBi + NTK@4", "ALiBi@4", "--task", "passkey"], cwd=REPO,
                 capture_output=True, text=True, check=True).stdout.splitlines()[2:] if line.startswith("| ")]
     declared = [line for name, line in lines.items() if name.startswith("NTK-ALiBi widens ALiBi's field (passkey")]
+    # the floors add the scorings over needles past L, which --compare asks too and the claim was not declared on
+    assert len(compared) == 4
+    compared = [line for line in compared if line.split(" | ")[2] in {d.split(" | ")[2] for d in declared}]
 
     def measured(line):  # scoring, cells, rule, test, verdict: not when it was declared, nor Holm's p (another family)
         cells = line.split(" | ")
@@ -392,6 +412,7 @@ def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accurac
     accuracy += [scored(s, 128, d, 0.2, "ntk") for s in (1, 2) for d in (0.0, 1.0)]
     accuracy.append(scored(3, 64, 0.0, 1.0, checkpoint="undeclared.pt"))
     (tmp_path / retrieval.ROWS).write_text("".join(json.dumps(r) + "\n" for r in accuracy))
+    (tmp_path / retrieval.FLOOR_ROWS).write_text("".join(json.dumps(r) + "\n" for r in toy_floors(accuracy)))
     rows = [perplexity(1, 200.0), perplexity(2, 210.0), perplexity(1, 150.0, l_valid=128), perplexity(1, 190.0, stride=32)]
     text = retrieval.report(rows, str(tmp_path))
     assert text == (tmp_path / "retrieval.md").read_text()
@@ -622,3 +643,61 @@ def test_the_claims_audit_dates_a_cell_by_its_retired_rows_at_its_length_too(tmp
     assert "| at 32L | claim | 2026-01-02 | new | 2026-01-03 | no | the same |" in report
     _, wrong = audit(found, retrieval_locate(64), claims, rows, date=dates.get)  # without them the 16L cell looks new
     assert wrong == 1
+
+
+def test_the_claims_audit_refuses_in_one_line_without_the_history_that_dates_its_commits(tmp_path):
+    """A shallow clone or a copy without .git once audited every claim 'the same', 'post hoc: no'."""
+    from fairseq_alibi_lab.claims import Claim, audit, retrieval_locate
+
+    P = "first key word, needles past L"
+    (tmp_path / "retrieval.jsonl").write_text(json.dumps({"checkpoint": "c/s1.pt", "commit": "abc1234", "length": 1024}) + "\n")
+    found = {(P, "ALiBi", "passkey", 1024): {"c/s1.pt": 40.0}}
+    claims = (Claim("at 16L", ("ALiBi", "passkey", 16), ("ALiBi", "passkey", 16), "higher", (P,), declared="def5678"),)
+    for dates in ({"def5678": "2026-01-02"}, {"abc1234": "2026-01-01"}):  # a row's commit, then the claim's, unknown
+        with pytest.raises(SystemExit, match=r"^error: --audit needs the git history that holds commit \w+ .*full clone"):
+            audit(found, retrieval_locate(64), claims, [str(tmp_path / "retrieval.jsonl")], date=dates.get)
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"accuracy": float("nan")}, "accuracy nan is not a possible measurement"),
+    ({"accuracy": 1.5}, "accuracy 1.5 is not a possible measurement"),
+    ({"perplexity": -3.0}, "perplexity -3.0 is not a possible measurement"),
+    ({"first_correct": 12, "n": 10}, "first_correct 12 of n 10 prompts"),
+])
+def test_a_row_with_an_impossible_value_stops_tables_and_verdicts_in_one_line(tmp_path, edit, message):
+    """A hand-edited NaN accuracy once gave 'nan ± nan ... not separated' and shrank the Holm family; a
+    negative perplexity was averaged in. Read or written, such a row is refused, naming its line."""
+    from fairseq_alibi_lab.result_rows import append_lines, read_rows
+
+    good = {"label": "ALiBi", "seed": 1, "accuracy": 0.5, "first_correct": 5, "n": 10, "perplexity": 200.0}
+    path = tmp_path / "retrieval.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, **edit}) + "\n")
+    with pytest.raises(SystemExit, match=rf"^error: .*retrieval.jsonl line 2: {re.escape(message)}"):
+        read_rows(str(path))
+    with pytest.raises(SystemExit, match=r"^error: .*not recorded in"):
+        append_lines(str(tmp_path / "new.jsonl"), [json.dumps({**good, **edit})])
+    assert not (tmp_path / "new.jsonl").exists()
+
+
+def test_tables_and_claims_refuse_floors_that_are_not_of_the_rows_prompts(tmp_path):
+    """The tables once took an OUT/floors.jsonl of other prompts, or of two prompt sets, and a missing one
+    dropped the floor rows unsaid (ALiBi's passkey floor 40.00 -> 50.00, rc 0)."""
+    from fairseq_alibi_lab.retrieval import FLOOR_ROWS, floors_problem, read_floors
+
+    scored = [{"task": "passkey", "length": n, "depth": d, "prompts_sha256": "ours", "checkpoint": "a.pt"}
+              for n in (64, 256) for d in (0.0, 1.0)]
+    floors = toy_floors(scored, prompts="ours")
+    path = str(tmp_path / FLOOR_ROWS)
+    assert floors_problem(scored, floors, path) is None
+    cases = [([], "no floors at"), (toy_floors(scored, prompts="theirs"), "the floors of other prompts (theirs) than the rows' (ours)"),
+             (floors + toy_floors(scored[:2], prompts="theirs"), "2 prompt sets at passkey, 64 tokens"),
+             (toy_floors(scored[:2], prompts="ours"), "no floor of passkey at 256 tokens")]
+    for held, message in cases:
+        (tmp_path / FLOOR_ROWS).write_text("".join(json.dumps(r) + "\n" for r in held))
+        if not held:
+            os.remove(path)
+        with pytest.raises(SystemExit, match=r"^error: .*" + re.escape(message)):
+            read_floors(str(tmp_path), scored)
+    # rows scored before their prompts were recorded: checked by the rest (one set, every length)
+    old = [{k: v for k, v in r.items() if k != "prompts_sha256"} for r in scored]
+    assert floors_problem(old, toy_floors(scored, prompts="theirs"), path) is None
