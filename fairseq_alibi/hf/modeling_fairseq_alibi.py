@@ -77,17 +77,17 @@ def activation_fn(name):
     return functions[name]
 
 
-def sinusoidal_table(rows, dim, padding_idx):
-    """fairseq's SinusoidalPositionalEmbedding.get_embedding: sin in the first half, cos in the
-    second, row padding_idx zero."""
+def sinusoidal_embeddings(rows, dim, padding_idx):
+    """fairseq's SinusoidalPositionalEmbedding at the table rows `rows` (any shape; its get_embedding's
+    values, computed from the rows rather than looked up, so that a traced graph takes any length): sin
+    in the first half, cos in the second, row padding_idx zero."""
     half = dim // 2
-    frequencies = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
-    angles = torch.arange(rows, dtype=torch.float).unsqueeze(1) * frequencies.unsqueeze(0)
-    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1).view(rows, -1)
+    frequencies = torch.exp(torch.arange(half, dtype=torch.float, device=rows.device) * -(math.log(10000) / (half - 1)))
+    angles = rows.float().unsqueeze(-1) * frequencies
+    out = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
     if dim % 2:
-        table = torch.cat([table, torch.zeros(rows, 1)], dim=1)
-    table[padding_idx, :] = 0
-    return table
+        out = torch.cat([out, torch.zeros_like(out[..., :1])], dim=-1)
+    return out.masked_fill((rows == padding_idx).unsqueeze(-1), 0.0)
 
 
 def build_position_method(config):
@@ -300,6 +300,8 @@ class SelfAttention(nn.Module):
         elif cache is not None:
             k, v = cache.update(k, v, layer)
         dropout = self.dropout if self.training else 0.0
+        if mask is None and torch.jit.is_tracing():  # a traced length is a tensor, which is_causal does not take
+            mask = causal_mask(length, k.size(-2), torch.float32, x.device)
         if mask is None:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=length > 1)
         else:
@@ -372,8 +374,7 @@ class Decoder(nn.Module):
             if self.absolute == "learned":
                 x = x + self.embed_positions(rows)
             else:
-                table = sinusoidal_table(int(rows.max()) + 1, x.size(-1), self.padding_idx).to(x)
-                x = x + table[rows]
+                x = x + sinusoidal_embeddings(rows, x.size(-1), self.padding_idx).to(x)
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         return self.dropout(x)

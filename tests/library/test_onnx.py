@@ -17,8 +17,12 @@ L = 16
 
 @pytest.mark.parametrize("arch, flags, remote", [
     ("alibi_transformer_lm_bloom_small", ["--decoder-embed-dim", "32", "--decoder-attention-heads", "4"], False),
-    ("alibi_transformer_lm", ["--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "4"], True)],
-    ids=["stock-bloom", "our-class"])
+    ("alibi_transformer_lm", ["--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "4"], True),
+    # the methods without an attention bias (their mask is causal alone) and fairseq's own positions
+    *[(arch, ["--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "4", *more], True)
+      for arch, more in (("nope_transformer_lm", []), ("rotary_transformer_lm", []),
+                         ("transformer_lm", ["--decoder-learned-pos"]), ("transformer_lm", []))]],
+    ids=["stock-bloom", "our-class", "nope", "rotary", "learned", "sinusoidal"])
 def test_onnx_runtime_gives_fairseqs_log_probabilities_and_greedy_tokens_with_its_cache(arch, flags, remote, tmp_path):
     from fairseq_alibi.hf.export import bloom_layout_problem, bloom_model_of, hf_model_of, write_folder
     from fairseq_alibi.hf.onnx import cache_names, export_onnx
@@ -26,7 +30,8 @@ def test_onnx_runtime_gives_fairseqs_log_probabilities_and_greedy_tokens_with_it
 
     torch.manual_seed(0)
     model, dictionary = build_model(arch, extra=["--decoder-layers", "2", *flags])
-    perturb(model)
+    if arch != "transformer_lm":  # fairseq's own positions have no method to perturb
+        perturb(model)
     hf = hf_model_of(model, dictionary, {"source": arch})
     assert (bloom_layout_problem(hf.config) is None) != remote
     write_folder(hf if remote else bloom_model_of(hf), word_level_tokenizer(dictionary), str(tmp_path / "hf"))
