@@ -75,9 +75,7 @@ def trained(checkpoint, user_overrides):
     name = model["_name"]
     method = name.split("_transformer_lm")[0]
     seed = (cfg.get("common") or {}).get("seed")
-    # A learned position table (a GPT-2 imported) has no row past max_target_positions.
-    positions_end = int(model.get("max_target_positions") or cfg["task"]["tokens_per_sample"]) \
-        if model.get("decoder_learned_pos") and not model.get("no_token_positional_embeddings") else None
+    positions_end = checkpoints.learned_positions_end(state)  # a GPT-2 imported: no row past its table
     return (name, int(cfg["task"]["tokens_per_sample"]), f"{method}_scaling" in model,
             history[-1].get("num_updates", -1), seed, overrides, positions_end)
 

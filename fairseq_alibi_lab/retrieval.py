@@ -200,7 +200,7 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
 
     from fairseq_alibi.tools import provenance
     from fairseq_alibi.models.build import load_checkpoint
-    from fairseq_alibi.tools.checkpoints import field, identity, model_and_task, read_state
+    from fairseq_alibi.tools.checkpoints import field, identity, learned_positions_end, model_and_task, read_state
     from fairseq_alibi_lab.evaluate import check_scalings
     from fairseq_alibi.tools.files import data_fingerprint, fingerprint
     from fairseq_alibi_lab.result_rows import append_lines, read_rows
@@ -227,6 +227,11 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
     check_scalings(checkpoint, str(scored["model"]), field(model_and_task(state)[0], f"{method}_scaling") is not None,
                    scalings)
     asked_lengths = {length for _, length, _ in groups}
+    # a learned position table has no row past its end: </s>, the prompt and the answer's words but its last fill `length`
+    end = learned_positions_end(state)
+    if end and max(asked_lengths) > end:
+        raise SystemExit(f"error: {checkpoint} learned {end} positions, prompts of {max(asked_lengths)} tokens are past "
+                         f"them: score lengths up to {end} (--lengths), or a model without learned positions")
     for name, value in fingerprints.items():  # rows of this checkpoint scored on other prompts or data: refused
         held = {r.get(name) for r in read_rows(out) if r.get("checkpoint") == checkpoint and r.get(name) and
                 (name != "prompts_sha256" or r.get("length") in asked_lengths)} - {value}  # a length is in one prompts file
@@ -339,6 +344,11 @@ def read_tests(path):
     keys = ("task", "length", "depth", "prompt", "answer")
     if not tests or any(not isinstance(t, dict) or any(k not in t for k in keys) for t in tests):
         raise SystemExit(f"error: {path} holds no test prompts (each line a JSON object with {', '.join(keys)})")
+    for number, t in enumerate(tests, 1):  # a prompt is scored and reported at its label's length: they must agree
+        words = len(str(t["prompt"]).split()) + len(str(t["answer"]).split())
+        if words != t["length"]:
+            raise SystemExit(f"error: {path} prompt {number} is labelled {t['length']} tokens but holds {words} (prompt and "
+                             "answer): give the test.jsonl that `retrieval make` wrote, unedited")
     return tests
 
 

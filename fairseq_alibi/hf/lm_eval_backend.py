@@ -38,7 +38,31 @@ class FairseqCheckpointLM(HFLM):
             model, text_tokenizer = in_memory(checkpoint, data, tokenizer=tokenizer)
         except CannotExport as refusal:
             raise SystemExit(str(refusal.code).replace("fairseq-alibi-export-hf", "fairseq_alibi", 1)) from None
+        end = model.config.max_positions  # a learned position table (an imported GPT-2's): no row past it
+        if end and "max_length" not in kwargs:
+            kwargs["max_length"] = end  # HFLM's default (2048) does not read our config
+        elif end and int(kwargs["max_length"]) > end:
+            raise SystemExit(f"fairseq_alibi: {checkpoint} learned {end} positions, max_length {kwargs['max_length']} "
+                             f"is past them: give max_length={end} or less")
         super().__init__(pretrained=model, tokenizer=text_tokenizer, **kwargs)
+
+    def loglikelihood(self, requests, *args, **kwargs):
+        return finite(super().loglikelihood(requests, *args, **kwargs), "log-likelihood")
+
+    def loglikelihood_rolling(self, requests, *args, **kwargs):
+        return finite(super().loglikelihood_rolling(requests, *args, **kwargs), "rolling log-likelihood")
+
+
+def finite(results, what):
+    """lm-eval's results, or one line where a score is NaN or infinite (a diverged checkpoint): lm-eval
+    would print a NaN perplexity and exit 0."""
+    import math
+
+    for result in results:
+        value = result[0] if isinstance(result, tuple) else result
+        if not math.isfinite(value):
+            raise SystemExit(f"fairseq_alibi: a {what} came out {value} (the model diverged, or a bug): no scores reported")
+    return results
 
 
 def main():

@@ -27,6 +27,15 @@ def field(section, name):
     return section.get(name) if hasattr(section, "get") else getattr(section, name, None)
 
 
+def learned_positions_end(state):
+    """The length a checkpoint's learned position table ends at (a GPT-2 imported, the learned twin: no row
+    past it), or None where positions do not end (every method of the plugin, sinusoidal positions)."""
+    model, task = model_and_task(state)
+    if not field(model, "decoder_learned_pos") or field(model, "no_token_positional_embeddings"):
+        return None
+    return int(field(model, "max_target_positions") or field(task, "tokens_per_sample"))
+
+
 def model_and_task(state):
     """The model and task sections of a loaded checkpoint's config, of either form."""
     cfg = state.get("cfg") or {"model": state.get("args"), "task": state.get("args")}

@@ -701,3 +701,35 @@ def test_tables_and_claims_refuse_floors_that_are_not_of_the_rows_prompts(tmp_pa
     # rows scored before their prompts were recorded: checked by the rest (one set, every length)
     old = [{k: v for k, v in r.items() if k != "prompts_sha256"} for r in scored]
     assert floors_problem(old, toy_floors(scored, prompts="theirs"), path) is None
+
+
+def test_scoring_refuses_in_one_line_prompts_past_a_learned_position_table_and_prompts_not_of_their_label(tmp_path):
+    """A GPT-2 (learned positions, 32 here) asked prompts of 64 tokens once died on an IndexError; a
+    hand-edited prompt labelled 64 tokens that held 40 was reported at 64."""
+    from fairseq.data import Dictionary
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from fairseq_alibi.hf.import_gpt2 import import_gpt2
+    from fairseq_alibi.hf.tokenizer import word_level_tokenizer
+    from fairseq_alibi_lab.retrieval import score
+
+    dictionary = Dictionary()
+    for i in range(40):
+        dictionary.add_symbol(f"w{i}")
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(dictionary), n_positions=32, n_embd=16, n_layer=1, n_head=2,
+                               eos_token_id=2, bos_token_id=2, pad_token_id=1)).save_pretrained(tmp_path / "hf")
+    word_level_tokenizer(dictionary).save_pretrained(tmp_path / "hf")
+    import_gpt2(str(tmp_path / "hf"), str(tmp_path / "gpt2"))
+
+    def prompts(length, words):
+        return "".join(json.dumps({"task": "passkey", "length": length, "depth": 0.0, "prompt": " ".join(["w5"] * (words - 2)),
+                                   "answer": "w1 w2"}) + "\n" for _ in range(2))
+    (tmp_path / "long.jsonl").write_text(prompts(64, 64))
+    with pytest.raises(SystemExit, match=r"^error: .*learned 32 positions, prompts of 64 tokens are past them: score lengths up to 32"):
+        score(str(tmp_path / "gpt2" / "checkpoint.pt"), str(tmp_path / "gpt2"), str(tmp_path / "long.jsonl"),
+              str(tmp_path / "out.jsonl"))
+    (tmp_path / "edited.jsonl").write_text(prompts(32, 32) + prompts(64, 40))
+    with pytest.raises(SystemExit, match=r"^error: .*edited.jsonl prompt 3 is labelled 64 tokens but holds 40"):
+        score(str(tmp_path / "gpt2" / "checkpoint.pt"), str(tmp_path / "gpt2"), str(tmp_path / "edited.jsonl"),
+              str(tmp_path / "out.jsonl"))
+    assert not (tmp_path / "out.jsonl").exists()

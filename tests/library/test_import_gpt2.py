@@ -277,3 +277,28 @@ def test_the_imported_gpt2_continues_with_its_masked_symbols_through_train_sh(ne
         log_probs = model.get_normalized_probs(model(index[torch.randint(0, gpt2.config.vocab_size, (1, 64))]),
                                                log_probs=True)[0]
     torch.testing.assert_close(log_probs[:, index].exp().sum(-1), torch.ones(64))
+
+
+def test_the_lm_eval_backend_stays_within_learned_positions_and_refuses_a_nan_score(negative_gpt2):
+    """lm-eval's backend on an imported GPT-2 (learned positions end at 64): HFLM's default max_length
+    (2048) once ran past the table (IndexError); a diverged checkpoint's NaN perplexity came out with rc 0."""
+    pytest.importorskip("lm_eval")
+    from lm_eval.api.instance import Instance
+
+    from fairseq_alibi.hf.lm_eval_backend import FairseqCheckpointLM
+
+    variant, gpt2, _, _, imported = negative_gpt2
+    if variant != "bpe_tied":
+        pytest.skip("one import is enough for the backend")
+    checkpoint, data = str(imported / "checkpoint.pt"), str(imported)
+    lm = FairseqCheckpointLM(checkpoint=checkpoint, data=data, batch_size=1, device="cpu")
+    assert lm.max_length == 64
+    text = " ".join(line.strip() for line in wikitext_lines()[:20])  # several windows of 64
+    request = Instance(request_type="loglikelihood_rolling", doc={}, arguments=(text,), idx=0)
+    assert math.isfinite(lm.loglikelihood_rolling([request], disable_tqdm=True)[0])
+    with pytest.raises(SystemExit, match="learned 64 positions, max_length 100 is past them: give max_length=64"):
+        FairseqCheckpointLM(checkpoint=checkpoint, data=data, max_length=100, batch_size=1, device="cpu")
+    with torch.no_grad():
+        lm.model.output_layer.weight[10].fill_(float("nan"))
+    with pytest.raises(SystemExit, match="rolling log-likelihood came out nan"):
+        lm.loglikelihood_rolling([request], disable_tqdm=True)
