@@ -36,6 +36,7 @@ here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi.tools import checkpoints, dictionaries, files, provenance  # noqa: E402  (results rows, stride rules; no fairseq)
 from fairseq_alibi_lab import result_rows  # noqa: E402
 from fairseq_alibi.methods import SCALINGS  # noqa: E402  (the registry's; no fairseq import)
+from fairseq_alibi.models.factory import PER_QUERY_SLOPE_KERNELS  # noqa: E402  (pure torch)
 
 
 def fail(message):
@@ -44,7 +45,7 @@ def fail(message):
 
 def trained(checkpoint, user_overrides):
     """(model name, training length, whether its config has the method's scaling fields, updates,
-    seed, user overrides, the length its learned positions end at or None) from the checkpoint's
+    seed, user overrides, the length its learned positions end at or None, its attention kernel) from the checkpoint's
     config; user_overrides (a dict's text) checked against it."""
     try:
         state = checkpoints.read_state(checkpoint)
@@ -76,8 +77,11 @@ def trained(checkpoint, user_overrides):
     method = name.split("_transformer_lm")[0]
     seed = (cfg.get("common") or {}).get("seed")
     positions_end = checkpoints.learned_positions_end(state)  # a GPT-2 imported: no row past its table
+    kernel = model.get("attention_kernel") or "auto"
+    if kernel == "auto" and model.get("alibi_attention"):  # ALiBi's older name for it
+        kernel = model["alibi_attention"]
     return (name, int(cfg["task"]["tokens_per_sample"]), f"{method}_scaling" in model,
-            history[-1].get("num_updates", -1), seed, overrides, positions_end)
+            history[-1].get("num_updates", -1), seed, overrides, positions_end, kernel)
 
 
 def check_scalings(checkpoint, name, has_scaling, scalings):
@@ -97,10 +101,11 @@ def check_scalings(checkpoint, name, has_scaling, scalings):
             fail(f"{checkpoint} predates rotary scaling (no rotary_scaling in its config): retrain it with this version")
 
 
-def plan(name, train_length, lengths, strides, scalings, scaling_factor, positions_end=None):
+def plan(name, train_length, lengths, strides, scalings, scaling_factor, positions_end=None, kernel="auto"):
     """(jobs, skipped): one job per (scaling, L_valid, stride): L_valid, stride, its rule, the context
     window, the scaling, its factor and the model overrides it takes; and why any was left out
-    (positions_end: a learned position table's length, past which nothing is scored)."""
+    (positions_end: a learned position table's length, past which nothing is scored). A scaling whose
+    per-query slopes the model's kernel does not take (dynamic NTK on the separable kernel) is scored on sdpa."""
     method = name.split("_transformer_lm")[0]
     jobs, skipped = [], []
     for scaling in scalings:
@@ -131,6 +136,8 @@ def plan(name, train_length, lengths, strides, scalings, scaling_factor, positio
                     factor = float(scaling_factor) if scaling_factor else default
                     overrides = {f"{method}_scaling": scaling, f"{method}_scaling_factor": factor,
                                  f"{method}_train_length": train_length}
+                    if scaling == "dynamic_ntk" and kernel not in PER_QUERY_SLOPE_KERNELS:
+                        overrides["attention_kernel"] = "sdpa"
                 jobs.append((l_valid, stride, stride_rule, context, scaling, factor, overrides))
     return jobs, list(dict.fromkeys(skipped))
 
@@ -179,7 +186,7 @@ def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
     done = {out: result_rows.Measured(out_rows) for out, out_rows in rows.items()}
     planned = []
     for s in scorings:
-        name, train_length, has_scaling, updates, seed, user, positions_end = trained(s.checkpoint, s.user_overrides)
+        name, train_length, has_scaling, updates, seed, user, positions_end, kernel = trained(s.checkpoint, s.user_overrides)
         problem = dictionaries.check(s.checkpoint, data)  # after the kind: that says more
         if problem:
             fail(problem)
@@ -189,7 +196,7 @@ def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
             fail(problem)
         overrides = result_rows.overrides_text(user)
         check_scalings(s.checkpoint, name, has_scaling, s.scalings)
-        jobs, skipped = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor, positions_end)
+        jobs, skipped = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor, positions_end, kernel)
         if not jobs:
             fail(f"nothing to score for {s.checkpoint}: {'; '.join(skipped)}")
         for why in skipped:

@@ -30,11 +30,15 @@ def causal_positions(method: str, args) -> Tuple[PositionMethod, str]:
     return positions, kernel
 
 
+# The kernels that take dynamic NTK's per-query slopes (the others take one slope per head).
+PER_QUERY_SLOPE_KERNELS = ("auto", "sdpa")
+
+
 def check_kernel(kernel: str, positions: PositionMethod, flag: str):
     if kernel not in KERNEL_NAMES:
         raise ConfigError(f"unknown {flag} {kernel!r}: use one of {', '.join(KERNEL_NAMES)}")
     why_not = None
-    if kernel not in ("auto", "sdpa") and getattr(positions, "scaling", None) == "dynamic_ntk":
+    if kernel not in PER_QUERY_SLOPE_KERNELS and getattr(positions, "scaling", None) == "dynamic_ntk":
         why_not = "it takes one slope per head, not the per-query slopes of dynamic_ntk scaling"
     if why_not is None and kernel != "auto":
         why_not = takes_bias(kernel, positions)

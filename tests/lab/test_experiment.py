@@ -807,3 +807,33 @@ def test_the_lab_calls_its_stages_as_modules_and_nothing_imports_the_runner_back
             assert not re.search(r"^\s*(from fairseq_alibi_lab import [\w, ]*\brunner\b|from fairseq_alibi_lab\.runner import|"
                                  r"import fairseq_alibi_lab\.runner)", text, re.M), name
     assert sum(1 for _ in open(os.path.join(lab, "runner.py"))) < 400
+
+
+def test_a_scaling_whose_slopes_the_models_kernel_does_not_take_is_scored_on_sdpa():
+    """A model trained with --attention-kernel separable once failed a whole scoring job at its one dynamic
+    NTK scoring (per-query slopes: sdpa's alone); its other scorings keep the model's own kernel."""
+    from fairseq_alibi_lab.evaluate import plan
+
+    def overrides(kernel, scaling):
+        jobs, _ = plan("alibi_transformer_lm", 64, [256], ["0"], [scaling], "", kernel=kernel)
+        return jobs[0][-1]
+
+    assert overrides("separable", "dynamic_ntk")["attention_kernel"] == "sdpa"
+    assert overrides("blocked", "dynamic_ntk")["attention_kernel"] == "sdpa"
+    for kernel, scaling in (("auto", "dynamic_ntk"), ("sdpa", "dynamic_ntk"), ("separable", "ntk"), ("separable", "none")):
+        assert "attention_kernel" not in overrides(kernel, scaling), (kernel, scaling)
+
+
+@pytest.mark.slow
+def test_eval_sh_scores_dynamic_ntk_on_a_model_trained_with_the_separable_kernel(toy_checkpoint, wt2_slice, tmp_path):
+    import torch
+
+    state = torch.load(toy_checkpoint, weights_only=False)
+    state["cfg"]["model"]["attention_kernel"] = "separable"
+    torch.save(state, tmp_path / "separable.pt")
+    out = tmp_path / "out.jsonl"
+    done = subprocess.run(["scripts/eval.sh", str(tmp_path / "separable.pt"), wt2_slice, str(out), "64"], cwd=REPO,
+                          capture_output=True, text=True, env={**os.environ, "SCALING": "dynamic_ntk"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["l_valid"], r["scaling"]) for r in rows] == [(64, "dynamic_ntk")] and rows[0]["perplexity"] > 1
