@@ -81,6 +81,8 @@ def main():
     if declared:
         p.error(f"--train-flags may not set {', '.join(declared)}: each model's architecture, task and L are its "
                 "declaration's (use --train-length for L, or declare another experiment)")
+    if any(f.split("=")[0] == "--seed" for f in args.train_flags):  # it would train another seed in this seed's folder
+        p.error("--train-flags may not set --seed: a run's seed is its folder's and its rows'; give --seeds")
     # Nor what a model's declaration sets (KERPLE's variant, an encoder's ALiBi, LittleBird's blocks):
     # trained so, it would be tabulated under a label that says otherwise.
     selected = [m for m in experiment.models if not args.models or set(names(m)) & set(args.models)]

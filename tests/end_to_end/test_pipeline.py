@@ -280,6 +280,9 @@ def test_experiment_runner_toy_run_seeds_resumes_and_keeps_what_is_done(wt2_slic
     arch = subprocess.run([sys.executable, "scripts/experiment.py", "comparison", *map(str, command[1:-1]),
                            "--arch rotary_transformer_lm_small"], cwd=REPO, capture_output=True, text=True)
     assert arch.returncode == 2 and "--train-flags may not set --arch" in arch.stderr
+    seed = subprocess.run([sys.executable, "scripts/experiment.py", "comparison", *map(str, command[1:-1]),
+                           command[-1] + " --seed 7"], cwd=REPO, capture_output=True, text=True)
+    assert seed.returncode == 2 and "--train-flags may not set --seed" in seed.stderr.strip().splitlines()[-1]
     provenance = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
     assert [p["event"] for p in provenance] == ["started", "finished"] * 3 + ["started", "failed", "started", "finished"] + [
         "started", "failed"] * 3  # the refused runs: the orphaned rows, other data, other flags
