@@ -3,7 +3,7 @@
 level), generated deterministically from a seed.
 
     python -m fairseq_alibi_lab.retrieval make OUT_DIR --source ../shared/data/wikitext-2 [--length 64]
-        [--fraction 0.1] [--seed 1] [--examples 20] [--long-examples 10]
+        [--fraction F] [--seed N] [--examples N] [--long-examples N]      (make --help: their defaults)
     python -m fairseq_alibi_lab.retrieval score CHECKPOINT DATA OUT_DIR/test.jsonl OUT.jsonl [--label NAME]
     python -m fairseq_alibi_lab.retrieval floors OUT_DIR/test.jsonl [OUT_DIR/test-long.jsonl] FLOORS.jsonl
 
@@ -956,12 +956,13 @@ def main(argv=None):
     m = sub.add_parser("make", help="the mixed training text and the test prompts")
     m.add_argument("out")
     m.add_argument("--source", required=True, help="the raw WikiText-2 directory (wiki.*.tokens)")
-    m.add_argument("--length", type=int, default=64, help="the training length L")
-    m.add_argument("--fraction", type=float, default=FRACTION, help="the share of the training text that is retrieval examples")
-    m.add_argument("--seed", type=int, default=TASK_SEED)
-    m.add_argument("--examples", type=int, default=EXAMPLES, help="test prompts per task, length and depth")
+    m.add_argument("--length", type=int, default=64, help="the training length L (default %(default)s)")
+    m.add_argument("--fraction", type=float, default=FRACTION,
+                   help="the share of the training text that is retrieval examples (default %(default)s)")
+    m.add_argument("--seed", type=int, default=TASK_SEED, help="the tasks' seed (default %(default)s)")
+    m.add_argument("--examples", type=int, default=EXAMPLES, help="test prompts per task, length and depth (default %(default)s)")
     m.add_argument("--long-examples", type=int, default=LONG_EXAMPLES,
-                   help=f"prompts per task, length and depth past 16L ({LONG_TESTS}; 0: none)")
+                   help=f"prompts per task, length and depth past 16L ({LONG_TESTS}; 0: none; default %(default)s)")
     s = sub.add_parser("score", help="exact-match accuracy of a checkpoint on test prompts")
     s.add_argument("checkpoint")
     s.add_argument("data", help="the binarized data (its dict.txt is the checkpoint's)")

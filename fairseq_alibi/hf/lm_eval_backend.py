@@ -10,7 +10,8 @@ rolling perplexity, generation).
 registers the model, then runs lm_eval's command line. data: the training data's directory (its
 dict.txt; default the checkpoint's, where scripts/train.sh keeps a copy); tokenizer: a BPE
 dictionary's vocab.json and merges.txt folder (export.py's --tokenizer). Any other model_args
-(max_length, batch_size, ...) are HFLM's. In Python, `import fairseq_alibi.hf.lm_eval_backend` before
+(max_length, batch_size, ...) are HFLM's; max_length defaults to a learned position table's length (an
+imported GPT-2's), past which it is refused. A NaN or infinite score is refused, not reported. In Python, `import fairseq_alibi.hf.lm_eval_backend` before
 `lm_eval.simple_evaluate(model="fairseq_alibi", ...)` registers it the same way.
 """
 from fairseq_alibi.hf import environment_problem
@@ -66,8 +67,12 @@ def finite(results, what):
 
 
 def main():
+    import sys
+
     from lm_eval.__main__ import cli_evaluate
 
+    if {"-h", "--help"} & set(sys.argv[1:]):  # lm_eval's help names no model of ours: ours first
+        print(__doc__.strip() + "\n\nlm_eval's own flags:\n")
     cli_evaluate()
 
 
