@@ -255,8 +255,8 @@ def exported_tokenizer(checkpoint, data, tokenizer=None):
     if tokenizer and not os.path.isdir(tokenizer):
         raise CannotExport(f"--tokenizer {tokenizer} is not a directory")
     try:
-        return tokenizer_for(Dictionary.load(os.path.join(data, "dict.txt")),
-                             [tokenizer] if tokenizer else [data, os.path.dirname(os.path.abspath(checkpoint))])
+        own = [data, os.path.dirname(os.path.abspath(checkpoint))]  # where the import and train.sh keep a model's BPE
+        return tokenizer_for(Dictionary.load(os.path.join(data, "dict.txt")), [tokenizer] if tokenizer else own, kept=own)
     except SystemExit as error:
         raise CannotExport(f"{os.path.basename(checkpoint)}: {error.code}") from None
 

@@ -34,9 +34,10 @@ def bpe_folder(directories):
     return None
 
 
-def tokenizer_for(dictionary, directories) -> PreTrainedTokenizerFast:
+def tokenizer_for(dictionary, directories, kept=()) -> PreTrainedTokenizerFast:
     """The tokenizer of a dictionary: word-level, or BPE with the BPE files of the first of
-    `directories` that has them; SystemExit with one line if it lists BPE ids and none has them."""
+    `directories` that has them; SystemExit with one line if it lists BPE ids and none has them, or
+    if they are another model's (bpe_problem; `kept`: folders whose BPE files, where any, are the dictionary's)."""
     if not lists_bpe_ids(dictionary):
         return word_level_tokenizer(dictionary)
     folder = bpe_folder(directories)
@@ -44,7 +45,28 @@ def tokenizer_for(dictionary, directories) -> PreTrainedTokenizerFast:
         raise SystemExit("its dict.txt lists byte-level BPE ids, and no vocab.json and merges.txt were found beside it "
                          "or the checkpoint: give --tokenizer DIR (the folder fairseq-alibi-import-hf wrote, or the "
                          "GPT-2's own)")
+    problem = bpe_problem(dictionary, folder, bpe_folder(kept))
+    if problem:
+        raise SystemExit(problem)
     return bpe_tokenizer(dictionary, *(os.path.join(folder, n) for n in BPE_FILES))
+
+
+def bpe_problem(dictionary, folder, own=None):
+    """None, or why folder's vocab.json and merges.txt are not the BPE of the dictionary: they differ from
+    its own (`own`, the folder kept beside it), or the dictionary lists ids the vocabulary does not have."""
+    def read(directory):
+        return [open(os.path.join(directory, n), "rb").read() for n in BPE_FILES]
+
+    if own and os.path.abspath(own) != os.path.abspath(folder) and read(own) != read(folder):
+        return (f"the BPE files in {folder} are not the ones kept beside its dict.txt ({own}): another model's "
+                "tokenizer would map every text to the wrong ids; leave --tokenizer out, or give the model's own")
+    with open(os.path.join(folder, "vocab.json"), encoding="utf-8") as f:
+        size = len(json.load(f))
+    largest = max((int(w) for w in dictionary.symbols[dictionary.nspecial:] if w.isdigit()), default=-1)
+    if largest >= size:
+        return (f"its dict.txt lists BPE id {largest}, which the {size} tokens of {folder}/vocab.json lack: that "
+                "tokenizer is another model's; give the model's own")
+    return None
 
 
 def finished(tokenizer, dictionary, specials) -> PreTrainedTokenizerFast:

@@ -302,3 +302,31 @@ def test_the_lm_eval_backend_stays_within_learned_positions_and_refuses_a_nan_sc
         lm.model.output_layer.weight[10].fill_(float("nan"))
     with pytest.raises(SystemExit, match="rolling log-likelihood came out nan"):
         lm.loglikelihood_rolling([request], disable_tqdm=True)
+
+
+def test_the_export_refuses_another_models_tokenizer_in_one_line(negative_gpt2, tmp_path):
+    """An imported GPT-2 exported with --tokenizer of another GPT-2 once wrote a folder whose tokenizer mapped
+    every text to the wrong ids (or raised, where its ids ran past the other vocabulary)."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    from conftest import snapshot
+
+    variant, _, _, _, imported = negative_gpt2
+    if variant != "bpe_tied":
+        pytest.skip("one import is enough for the export's tokenizer")
+    other = ByteLevelBPETokenizer()
+    other.train_from_iterator(["another corpus, another tokenizer " * 50], vocab_size=280, min_frequency=1,
+                              special_tokens=["<|endoftext|>"])
+    (tmp_path / "other").mkdir()
+    other.save_model(str(tmp_path / "other"))
+    bare = tmp_path / "bare"  # the checkpoint and its dictionary without the BPE files kept beside them
+    bare.mkdir()
+    for name in ("checkpoint.pt", "dict.txt"):
+        (bare / name).write_bytes((imported / name).read_bytes())
+    before = snapshot(tmp_path)
+    for checkpoint, message in ((imported / "checkpoint.pt", "are not the ones kept beside its dict.txt"),
+                                (bare / "checkpoint.pt", "lists BPE id 299, which the")):
+        proc = subprocess.run(["fairseq-alibi-export-hf", str(checkpoint), str(tmp_path / "out"), "--tokenizer",
+                               str(tmp_path / "other")], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode != 0 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert snapshot(tmp_path) == before
