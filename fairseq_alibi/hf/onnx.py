@@ -59,7 +59,12 @@ def export_onnx(folder, out_dir, trust_remote_code=False):
 
     if new_folder_problem(out_dir):
         raise SystemExit(f"error: {new_folder_problem(out_dir)}")
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=trust_remote_code).float().eval()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=trust_remote_code).float().eval()
+    except Exception as error:  # noqa: BLE001  (a truncated or foreign weights file: safetensors' own error, and others)
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        raise SystemExit(f"error: {folder} does not load as a transformers model ({type(error).__name__}: {first}): "
+                         "export it again with fairseq-alibi-export-hf") from None
     names = cache_names(model.config.num_hidden_layers)
     example = torch.full((1, 4), model.config.eos_token_id or 0, dtype=torch.long)
     with torch.no_grad():

@@ -16,14 +16,30 @@ def written_whole(target):
     (full, read-only) ends the program with one line saying so."""
     partial = f"{target}.{uuid.uuid4().hex[:12]}.part"  # its own: writers racing for one target (ranks of one training) each install a whole file
     try:
-        yield partial
-        os.replace(partial, target)
+        try:
+            yield partial
+            os.replace(partial, target)
+        except Exception as error:  # noqa: BLE001  (torch's and safetensors' full disk is no OSError)
+            named = with_path(error, target)
+            if named is error:
+                raise
+            raise named from None
     except OSError as e:
         raise SystemExit(f"error: could not write {target} ({e.strerror or e}): "
                          f"{'its previous version is kept' if os.path.exists(target) else 'nothing was written'}")
     finally:
         with contextlib.suppress(OSError):  # absent, or on a disk that now refuses even this: the error above says why
             os.remove(partial)
+
+
+def with_path(error, path):
+    """error, or where it is a fault of the disk that names no file (torch's zip writer, safetensors, a bare
+    OSError), an OSError of the same kind naming `path`: the one line then says where."""
+    if disk_fault(error) is None or getattr(error, "filename", None):
+        return error
+    if isinstance(error, OSError):
+        return OSError(error.errno, error.strerror or str(error), path)
+    return OSError(errno.ENOSPC, "No space left on device", path)
 
 
 def disk_fault(error):
@@ -36,7 +52,8 @@ def disk_fault(error):
                   errno.EROFS: "give an output on a writable disk"}.get(error.errno, "give another path")
         return f"cannot use{where} ({error.strerror or error}): {advice}"
     text = str(error)
-    if "No space left on device" in text or "os error 28" in text or "inline_container" in text or "file write failed" in text:
+    if any(sign in text for sign in ("No space left on device", "os error 28", "StorageFull", "inline_container",
+                                     "file write failed")):
         return ("a file could not be written (the disk is full: " + (text.strip().splitlines() or [""])[0][-100:]
                 + "): free some space, or give another output; nothing half-written is kept")
     return None
@@ -95,6 +112,11 @@ def folder_written_whole(out_dir):
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)  # empty (new_folder_problem): anything put there since is kept, and this fails
         os.rename(partial, out_dir)
+    except Exception as error:  # noqa: BLE001  (a full disk named by the folder asked for)
+        named = with_path(error, out_dir)
+        if named is error:
+            raise
+        raise named from None
     finally:  # also on Ctrl-C or SIGTERM (as KeyboardInterrupt): no hidden .part folder left behind
         shutil.rmtree(partial, ignore_errors=True)
 

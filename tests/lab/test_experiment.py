@@ -837,3 +837,26 @@ def test_eval_sh_scores_dynamic_ntk_on_a_model_trained_with_the_separable_kernel
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["l_valid"], r["scaling"]) for r in rows] == [(64, "dynamic_ntk")] and rows[0]["perplexity"] > 1
+
+
+def test_a_full_disk_that_torch_or_safetensors_reports_is_one_line_naming_the_path(tmp_path):
+    """Their full disk is no OSError with a file name: the line once named no path."""
+    from fairseq_alibi.tools.files import folder_written_whole, one_line_on_disk_faults, written_whole
+
+    @one_line_on_disk_faults
+    def export(out):
+        with folder_written_whole(out) as partial:
+            open(os.path.join(partial, "model.safetensors"), "wb").write(b"half")
+            raise Exception("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")  # safetensors' own
+
+    @one_line_on_disk_faults
+    def table(out):
+        with written_whole(out) as partial:
+            open(partial, "w").write("half")
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 31232 vs 31124")
+
+    for write, out, message in ((export, tmp_path / "exported", "cannot use {} (No space left on device)"),
+                                (table, tmp_path / "table.md", "could not write {} (No space left on device): nothing was written")):
+        with pytest.raises(SystemExit, match=re.escape(message.format(out))):
+            write(str(out))
+    assert os.listdir(tmp_path) == []

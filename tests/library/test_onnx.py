@@ -58,3 +58,23 @@ def test_onnx_runtime_gives_fairseqs_log_probabilities_and_greedy_tokens_with_it
         outputs = step.run(None, {"input_ids": torch.tensor([tokens[-1:]]).numpy(),
                                   **{f"past_{n}": v for n, v in zip(names, outputs[1:])}})
     assert outputs[1].shape[2] == 8 * L  # the cache holds every token
+
+
+def test_a_truncated_weights_file_is_refused_in_one_line_and_nothing_written(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    from fairseq_alibi.hf.export import hf_model_of, write_folder
+    from fairseq_alibi.hf.tokenizer import word_level_tokenizer
+
+    model, dictionary = build_model("alibi_transformer_lm", extra=["--decoder-layers", "1", "--decoder-embed-dim", "16",
+                                                                   "--decoder-attention-heads", "2", "--decoder-ffn-embed-dim", "32"])
+    write_folder(hf_model_of(model, dictionary, {}), word_level_tokenizer(dictionary), str(tmp_path / "hf"))
+    weights = tmp_path / "hf" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    proc = subprocess.run([sys.executable, "-m", "fairseq_alibi.hf.onnx", str(tmp_path / "hf"), str(tmp_path / "onnx"),
+                           "--trust-remote-code"], capture_output=True, text=True, cwd=REPO)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last.startswith("error: ") and "does not load as a transformers model" in last
+    assert "Traceback" not in proc.stderr and not (tmp_path / "onnx").exists()
