@@ -35,7 +35,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from fairseq_alibi.tools.files import written_whole  # noqa: E402
+from fairseq_alibi.tools.files import one_line_on_disk_faults, written_whole  # noqa: E402
 
 # Seconds each step may take on an H100, in the order they run; the call's budget, BUDGET, caps
 # them all together (a step gets what is left if that is less).
@@ -167,6 +167,7 @@ def portable(command, out, work):
     return shlex.join(words)
 
 
+@one_line_on_disk_faults  # a read-only or full disk: one line naming the path
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=os.environ.get("OUT") or os.path.join("runs", "device"),

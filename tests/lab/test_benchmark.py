@@ -1,4 +1,5 @@
 """The benchmark's smallest configuration runs end to end (a smoke test: no timing assertions)."""
+import os
 import subprocess
 import sys
 
@@ -94,3 +95,12 @@ def test_the_device_script_runs_every_step_at_toy_sizes_and_keeps_a_stopped_step
     log = (out / "device.log").read_text()
     assert "== kernels: stopped after" in log and "table1 | " in log
     assert len([p for p in out.rglob("*") if p.is_file()]) <= 8
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc, where no folder can be made")
+def test_the_device_script_on_a_disk_it_cannot_write_is_one_line():
+    """Its OUT on a read-only disk once ended in a traceback (a lent GPU's minutes spent on it)."""
+    done = subprocess.run([sys.executable, "benchmarks/device.py", "--dry-run", "--out", "/proc/self/fairseq-alibi-device"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "error: cannot use /proc/self/fairseq-alibi-device (No such file or directory): give another path"], done.stderr
