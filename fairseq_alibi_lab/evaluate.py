@@ -48,7 +48,7 @@ def trained(checkpoint, user_overrides):
     seed, user overrides, the length its learned positions end at or None, its attention kernel) from the checkpoint's
     config; user_overrides (a dict's text) checked against it."""
     try:
-        state = checkpoints.read_state(checkpoint)
+        state = checkpoints.with_config(checkpoints.read_state(checkpoint))  # fairseq's argparse-era layout too
     except checkpoints.NotACheckpoint:
         fail(f"{checkpoint} is not a fairseq checkpoint")
     other = checkpoints.wrong_kind(state, checkpoint, "causal LM")  # a masked LM, a translation model

@@ -33,7 +33,7 @@ from fairseq_alibi.checks import ConfigError
 from fairseq_alibi.models.decoder import fairseq_config
 from fairseq_alibi.tools.files import one_line_on_disk_faults, written_whole
 from fairseq_alibi.positions import METHODS
-from fairseq_alibi.tools.checkpoints import checkpoint_kind, with_article
+from fairseq_alibi.tools.checkpoints import checkpoint_kind, with_article, with_config
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +61,7 @@ def convert_state(state, replace_positions=False, name="checkpoint"):
         if kind != "causal LM":
             raise ConfigError(f"{name} is {with_article(kind)} checkpoint: only causal "
                               "language models (transformer_lm) are converted")
-    cfg = state.get("cfg")
-    if cfg is None and state.get("args") is not None:  # checkpoints from argparse-era fairseq
-        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-        cfg = convert_namespace_to_omegaconf(state.pop("args"))
+    cfg = with_config(state).get("cfg")  # checkpoints from argparse-era fairseq too
     if cfg is None or "model" not in cfg or "model" not in state:
         raise ConfigError(f"{name} has no model config or weights: is it a fairseq checkpoint?")
     from omegaconf import OmegaConf

@@ -860,3 +860,28 @@ def test_a_full_disk_that_torch_or_safetensors_reports_is_one_line_naming_the_pa
         with pytest.raises(SystemExit, match=re.escape(message.format(out))):
             write(str(out))
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_eval_sh_takes_a_checkpoint_of_fairseqs_argparse_era_layout(toy_checkpoint, wt2_slice, tmp_path):
+    """A checkpoint whose config is fairseq's old `args` Namespace (as fairseq, convert_checkpoint and
+    the export take) was refused by eval.sh: it scores as its dataclass-layout twin."""
+    from fairseq import options
+
+    from fairseq_alibi import plugin  # noqa: F401
+    from fairseq_alibi_lab.recipes import RUN_FLAGS, TRAINING_DATA
+    from fairseq_alibi_lab.train import TRAINING
+
+    flags = json.loads(open(os.path.join(os.path.dirname(toy_checkpoint), RUN_FLAGS)).read())
+    argv = [word for flag, value in flags.items() if flag not in (TRAINING_DATA, "--user-dir")
+            for word in [flag, *value.split()]]
+    args = options.parse_args_and_arch(options.get_training_parser(), [wt2_slice, *TRAINING, *argv, "--tokens-per-sample", "32"])
+    state = torch.load(toy_checkpoint, weights_only=False)
+    torch.save({"args": args, "model": state["model"], "optimizer_history": state["optimizer_history"],
+                "extra_state": state["extra_state"]}, tmp_path / "args.pt")
+    scores = {}
+    for name, path in (("cfg", toy_checkpoint), ("args", str(tmp_path / "args.pt"))):
+        out = tmp_path / f"{name}.jsonl"
+        run(["scripts/eval.sh", path, wt2_slice, str(out), "32 64"], cwd=REPO)
+        scores[name] = [(r["l_valid"], r["perplexity"]) for r in map(json.loads, out.read_text().splitlines())]
+    assert scores["args"] == scores["cfg"] and len(scores["cfg"]) == 2
