@@ -35,6 +35,7 @@ import traceback
 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi.tools import checkpoints, dictionaries, files, provenance  # noqa: E402  (results rows, stride rules; no fairseq)
 from fairseq_alibi_lab import result_rows  # noqa: E402
+from fairseq_alibi_lab.processes import duration  # noqa: E402
 from fairseq_alibi.methods import SCALINGS  # noqa: E402  (the registry's; no fairseq import)
 from fairseq_alibi.models.factory import PER_QUERY_SLOPE_KERNELS  # noqa: E402  (pure torch)
 
@@ -321,8 +322,22 @@ def evaluate(planned, data, split, extra, fields):
     if longest > tokens:  # fairseq would score the whole split as one shorter block, labelled L_valid
         sys.exit(f"error: L_valid {longest} is longer than the {split} split ({tokens} tokens): nothing recorded; "
                  f"use lengths up to {tokens}")
+    # Progress on stderr before each scoring, with the time left from the work done so far: a window's
+    # positions run per token scored (L_valid / its new tokens) times a cost growing with L_valid (attention).
+    def work(l_valid, context):
+        return l_valid / (l_valid - context) * (1 + l_valid / 1024)
+
+    total = sum(work(job[0], job[3]) for jobs, *_ in planned for job in jobs)
+    done_work, started, count, number = 0.0, time.time(), sum(len(jobs) for jobs, *_ in planned), 0
     for jobs, checkpoint, out, label, model_name, train_length, updates, seed, user_overrides, show, identity in planned:
         for l_valid, stride, stride_rule, context, scaling, factor, overrides in jobs:
+            number += 1
+            spent = time.time() - started
+            left = f", about {duration(spent / done_work * (total - done_work))} left" if done_work and spent > 5 else ""
+            print(f"scoring {label or model_name} at L_valid {l_valid}, stride {stride_rule}"
+                  f"{'' if scaling == 'none' else ', ' + scaling} ({number}/{count}, {duration(spent)} so far{left})",
+                  file=sys.stderr, flush=True)
+            done_work += work(l_valid, context)
             overrides = str({**overrides, **user_overrides})
             log.seek(0)
             log.truncate()

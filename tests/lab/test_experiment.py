@@ -885,3 +885,15 @@ def test_eval_sh_takes_a_checkpoint_of_fairseqs_argparse_era_layout(toy_checkpoi
         run(["scripts/eval.sh", path, wt2_slice, str(out), "32 64"], cwd=REPO)
         scores[name] = [(r["l_valid"], r["perplexity"]) for r in map(json.loads, out.read_text().splitlines())]
     assert scores["args"] == scores["cfg"] and len(scores["cfg"]) == 2
+
+
+@pytest.mark.slow
+def test_eval_sh_says_what_it_scores_before_each_scoring(toy_checkpoint, wt2_slice, tmp_path):
+    """eval.sh (and the runner's scoring, which is this code) once scored for minutes in silence."""
+    done = subprocess.run(["scripts/eval.sh", toy_checkpoint, wt2_slice, str(tmp_path / "out.jsonl"), "32 64", "0 /2"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    progress = [line for line in done.stderr.splitlines() if line.startswith("scoring ")]
+    assert [line.split(" (")[0] for line in progress] == [
+        f"scoring alibi_transformer_lm_small at L_valid {n}, stride {rule}" for n in (32, 64) for rule in ("0", "L_valid/2")]
+    assert [line.split(" (")[1].split(",")[0] for line in progress] == ["1/4", "2/4", "3/4", "4/4"]
