@@ -12,11 +12,26 @@ def duration(seconds):
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def follow(proc, log, where):
-    """The training's output into its log; its validations (at `where`) and errors shown."""
+def follow(proc, log, where, updates=None, every=60.0, clock=None):
+    """The training's output into its log; its validations (at `where`) and errors shown, and, at most
+    once a minute (`every` seconds), its updates out of `updates` with the time left at the rate since
+    this run began (a resumed run's earlier updates not counted)."""
+    import time
+
+    clock = clock or time.monotonic
+    began = shown = clock()
+    first = None  # (time, updates) of the first update reported: the rate counts from there (start-up left out)
     for line in proc.stdout:
         log.write(line)
         log.flush()  # tail -f SAVE/train.log follows it
+        done = re.search(r"\| train_inner \| .*num_updates=(\d+)", line)
+        if done and updates:
+            now, n = clock(), int(done[1])
+            first = first or (now, n)
+            if now - shown >= every and n > first[1]:
+                left = (updates - n) * (now - first[0]) / (n - first[1])
+                print(f"    {n}/{updates} updates ({duration(now - began)} so far, about {duration(left)} left)", flush=True)
+                shown = now
         valid = re.search(r"valid on .*\| ppl ([\d.]+) .*\| num_updates (\d+)", line)
         if valid:
             print(f"    {valid[2]} updates: validation perplexity {valid[1]}{where}", flush=True)

@@ -150,7 +150,7 @@ class Runner:
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
             with stopped_together(proc):
-                follow(proc, log, self.kind.where)
+                follow(proc, log, self.kind.where, updates)
         if proc.wait() != 0:  # the log's last line says why (a one-line refusal, fairseq's exception)
             with open(os.path.join(save, "train.log")) as log:
                 why = ([line.strip() for line in log if line.strip()] or ["(no output)"])[-1]

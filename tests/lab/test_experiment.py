@@ -897,3 +897,25 @@ def test_eval_sh_says_what_it_scores_before_each_scoring(toy_checkpoint, wt2_sli
     assert [line.split(" (")[0] for line in progress] == [
         f"scoring alibi_transformer_lm_small at L_valid {n}, stride {rule}" for n in (32, 64) for rule in ("0", "L_valid/2")]
     assert [line.split(" (")[1].split(",")[0] for line in progress] == ["1/4", "2/4", "3/4", "4/4"]
+
+
+def test_a_training_says_its_updates_and_time_left_once_a_minute(capsys):
+    """The runner once printed nothing between a training's validations; now, at most once a minute,
+    its updates and the time left at the rate since its first update was reported."""
+    import io
+    import types
+
+    from fairseq_alibi_lab.processes import follow
+
+    lines = [f"2026-12-06 | INFO | train_inner | epoch 001:  {n} / 700 loss=5.0, num_updates={n}, lr=0.001\n"
+             for n in range(100, 1001, 50)]
+    times = iter([0.0, *[10.0 * i for i in range(len(lines))]])  # began, then one line each 10 s
+    proc = types.SimpleNamespace(stdout=iter(["starting\n", *lines]))
+    log = io.StringIO()
+    follow(proc, log, "", updates=1000, clock=lambda: next(times))
+    printed = capsys.readouterr().out.splitlines()
+    # 50 updates each 10 s from the first report (update 100 at 0 s): 60 s later at update 400, 120 s at 700
+    assert printed == ["    400/1000 updates (1m00s so far, about 2m00s left)",
+                       "    700/1000 updates (2m00s so far, about 1m00s left)",
+                       "    1000/1000 updates (3m00s so far, about 0m00s left)"]
+    assert log.getvalue() == "starting\n" + "".join(lines)
