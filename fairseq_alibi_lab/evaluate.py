@@ -49,12 +49,16 @@ def trained(checkpoint, user_overrides):
     seed, user overrides, the length its learned positions end at or None, its attention kernel) from the checkpoint's
     config; user_overrides (a dict's text) checked against it."""
     try:
-        state = checkpoints.with_config(checkpoints.read_state(checkpoint))  # fairseq's argparse-era layout too
+        state = checkpoints.read_state(checkpoint)
     except checkpoints.NotACheckpoint:
         fail(f"{checkpoint} is not a fairseq checkpoint")
     other = checkpoints.wrong_kind(state, checkpoint, "causal LM")  # a masked LM, a translation model
     if other:
         fail(other)
+    if state.get("cfg") is None and state.get("args") is not None:  # fairseq's argparse-era layout, as fairseq reads it
+        from fairseq_alibi.tools.convert_checkpoint import with_config
+
+        state = with_config(state)
     try:
         cfg, history = state["cfg"], state.get("optimizer_history") or [{}]
         model = cfg["model"]

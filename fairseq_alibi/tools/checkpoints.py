@@ -36,20 +36,6 @@ def learned_positions_end(state):
     return int(field(model, "max_target_positions") or field(task, "tokens_per_sample"))
 
 
-def with_config(state):
-    """The loaded checkpoint with its config as fairseq's sections (a dict): an argparse-era checkpoint's
-    `args` converted as fairseq converts it when it loads one, so that every tool reads either layout."""
-    if state.get("cfg") is None and state.get("args") is not None:
-        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-        from omegaconf import OmegaConf
-
-        from fairseq_alibi import plugin  # noqa: F401  (the plugin's architectures, which the conversion looks up)
-
-        state["cfg"] = OmegaConf.to_container(convert_namespace_to_omegaconf(state.pop("args")), resolve=True,
-                                              enum_to_str=True)
-    return state
-
-
 def model_and_task(state):
     """The model and task sections of a loaded checkpoint's config, of either form."""
     cfg = state.get("cfg") or {"model": state.get("args"), "task": state.get("args")}

@@ -33,7 +33,7 @@ from fairseq_alibi.checks import ConfigError
 from fairseq_alibi.models.decoder import fairseq_config
 from fairseq_alibi.tools.files import one_line_on_disk_faults, written_whole
 from fairseq_alibi.positions import METHODS
-from fairseq_alibi.tools.checkpoints import checkpoint_kind, with_article, with_config
+from fairseq_alibi.tools.checkpoints import checkpoint_kind, with_article
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,20 @@ ALIBI_FIELDS = [f for f in dataclasses.fields(ALIBI_CONFIG)
                 if f.name not in {g.name for g in dataclasses.fields(TransformerLanguageModelConfig)}]
 # Top-level key of the converted checkpoint saying where it came from (fairseq ignores it).
 PROVENANCE = "fairseq_alibi_conversion"
+
+
+def with_config(state):
+    """The loaded checkpoint with its config as fairseq's sections (a dict): an argparse-era checkpoint's
+    `args` converted as fairseq converts it when it loads one, so that every tool reads either layout."""
+    if state.get("cfg") is None and state.get("args") is not None:
+        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+        from omegaconf import OmegaConf
+
+        from fairseq_alibi import plugin  # noqa: F401  (the plugin's architectures, which the conversion looks up)
+
+        state["cfg"] = OmegaConf.to_container(convert_namespace_to_omegaconf(state.pop("args")), resolve=True,
+                                              enum_to_str=True)
+    return state
 
 
 def source_positions(model_cfg) -> str:

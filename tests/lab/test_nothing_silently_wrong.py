@@ -87,7 +87,7 @@ def test_retrieval_rows_of_other_prompts_and_scalings_a_model_lacks_are_refused(
     from fairseq_alibi.tools.files import fingerprint
 
     tests = tmp_path / "test.jsonl"
-    tests.write_text(json.dumps({"task": "passkey", "length": 32, "depth": 0.0, "prompt": "the", "answer": "the"}) + "\n")
+    tests.write_text(json.dumps({"task": "passkey", "length": 32, "depth": 0.0, "prompt": " ".join(["the"] * 31), "answer": "the"}) + "\n")
     out = tmp_path / "retrieval.jsonl"
     out.write_text(json.dumps({"checkpoint": toy_checkpoint, "prompts_sha256": "0123456789abcdef", "task": "passkey",
                                "length": 32, "depth": 0.0}) + "\n")
@@ -243,7 +243,7 @@ def test_fairseq_alibi_train_keeps_and_records_its_dictionary(wt2_slice, tmp_pat
 def test_retrieval_test_prompts_that_are_missing_broken_or_of_no_asked_length_are_one_line(tmp_path):
     from fairseq_alibi_lab.retrieval import read_tests
 
-    good = {"task": "passkey", "length": 64, "depth": 0.0, "prompt": "a", "answer": "b"}
+    good = {"task": "passkey", "length": 64, "depth": 0.0, "prompt": " ".join(["a"] * 63), "answer": "b"}
     (tmp_path / "broken.jsonl").write_text("{not json\n")
     (tmp_path / "other.jsonl").write_text(json.dumps({"rows": 1}) + "\n")
     (tmp_path / "good.jsonl").write_text(json.dumps(good) + "\n")
