@@ -733,3 +733,14 @@ def test_scoring_refuses_in_one_line_prompts_past_a_learned_position_table_and_p
         score(str(tmp_path / "gpt2" / "checkpoint.pt"), str(tmp_path / "gpt2"), str(tmp_path / "edited.jsonl"),
               str(tmp_path / "out.jsonl"))
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_the_retrieval_workers_help_gives_the_codes_defaults():
+    """Its --help once showed a --fraction default of 0.1 where the code used 0.5."""
+    from fairseq_alibi_lab import retrieval
+
+    make = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "make", "--help"], capture_output=True,
+                          text=True, cwd=REPO).stdout.split("options:")[1]
+    for flag, default in (("fraction", retrieval.FRACTION), ("seed", retrieval.TASK_SEED), ("examples", retrieval.EXAMPLES),
+                          ("long-examples", retrieval.LONG_EXAMPLES)):
+        assert f"default {default})" in " ".join(make.split(f"--{flag}")[1].split("--")[0].split()), flag

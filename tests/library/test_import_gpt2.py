@@ -11,88 +11,16 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, find_wikitext2, run
+from conftest import REPO, run
+from gpt2_shapes import VARIANTS, fairseq_index, hf_log_probs, wikitext_lines
+from gpt2_shapes import negative_gpt2 as import_negative_gpt2
 
 pytest.importorskip("transformers")
-
-VARIANTS = ("bpe_tied", "bpe_untied", "word_level_tied")
-
-
-def below_zero(gpt2, shift=2.0, pull=7.0, gain=0.3):
-    """Move a random GPT-2's logits far below zero, as a trained GPT-2's sit: every token row (input
-    and output) gains `shift` times one unit direction u, the final LayerNorm's bias is -pull u and its
-    gain `gain`, so every logit is about -shift x pull (the normalized state's own share along u, at
-    most gain x sqrt(d) x shift, moves it a few nats)."""
-    u = torch.nn.functional.normalize(torch.randn(gpt2.config.n_embd), dim=0)
-    with torch.no_grad():
-        gpt2.transformer.wte.weight += shift * u
-        if gpt2.lm_head.weight.data_ptr() != gpt2.transformer.wte.weight.data_ptr():
-            gpt2.lm_head.weight += shift * u
-        gpt2.transformer.ln_f.bias.copy_(-pull * u)
-        gpt2.transformer.ln_f.weight.fill_(gain)
-    return gpt2
-
-
-def wikitext_lines(count=400):
-    with open(os.path.join(find_wikitext2(), "wiki.valid.tokens"), encoding="utf-8") as f:
-        return [next(f) for _ in range(count)]
 
 
 @pytest.fixture(scope="module", params=VARIANTS)
 def negative_gpt2(request, tmp_path_factory):
-    """(variant, HF model, a function from a text line to GPT-2 ids, the HF folder, the imported folder)."""
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    from fairseq_alibi.hf.import_gpt2 import import_gpt2
-
-    variant, lines = request.param, wikitext_lines()
-    out = tmp_path_factory.mktemp(variant)
-    torch.manual_seed(0)
-    if variant.startswith("bpe"):
-        from tokenizers import ByteLevelBPETokenizer
-
-        bpe = ByteLevelBPETokenizer()
-        bpe.train_from_iterator(["".join(lines)], vocab_size=300, min_frequency=2, special_tokens=["<|endoftext|>"])
-        tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>",
-                                            bos_token="<|endoftext|>")
-        # the end of text's id in the middle of the vocabulary, where GPT-2's own is not: nothing may rest on its place
-        config = GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-                            eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
-                            tie_word_embeddings=variant == "bpe_tied")
-        encode = lambda line: tokenizer(line.strip())["input_ids"]  # noqa: E731  (fairseq's hf_byte_bpe strips the line)
-    else:
-        from fairseq.data import Dictionary
-
-        from fairseq_alibi.hf.tokenizer import word_level_tokenizer
-
-        dictionary = Dictionary()
-        for line in lines:
-            for word in line.split():
-                dictionary.add_symbol(word)
-        tokenizer = word_level_tokenizer(dictionary)
-        config = GPT2Config(vocab_size=len(dictionary), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-                            eos_token_id=dictionary.eos(), bos_token_id=dictionary.eos(), pad_token_id=dictionary.pad())
-        encode = lambda line: [dictionary.index(w) for w in line.split()]  # noqa: E731
-    gpt2 = below_zero(GPT2LMHeadModel(config).eval())
-    gpt2.save_pretrained(out / "hf")
-    tokenizer.save_pretrained(out / "hf")
-    import_gpt2(str(out / "hf"), str(out / "imported"))
-    return variant, gpt2, encode, out / "hf", out / "imported"
-
-
-def fairseq_index(variant, gpt2):
-    """fairseq's dictionary index of each GPT-2 id (fairseq's </s> is GPT-2's end of text)."""
-    size, eos = gpt2.config.vocab_size, gpt2.config.eos_token_id
-    if variant.startswith("word_level"):
-        return torch.arange(size)
-    index = torch.arange(size) + 4
-    index[eos] = 2
-    return index
-
-
-def hf_log_probs(gpt2, ids):
-    with torch.no_grad():
-        return gpt2(torch.tensor([ids])).logits[0].log_softmax(-1)
+    return import_negative_gpt2(request.param, tmp_path_factory.mktemp(request.param))
 
 
 def test_the_gpt2s_logits_sit_far_below_zero(negative_gpt2):
@@ -244,39 +172,6 @@ def test_a_fine_tune_that_would_drop_the_masked_symbols_is_refused_in_one_line(n
     refused = common_mistake("train", ["--arch", "transformer_lm", "--finetune-from-model", start], None)
     assert "--masked-output-symbols 0,1,3,4" in refused and len(refused.splitlines()) == 1
     assert common_mistake("train", ["--finetune-from-model", start, "--masked-output-symbols", "0,1,3,4"], None) is None
-
-
-@pytest.mark.slow
-def test_the_imported_gpt2_continues_with_its_masked_symbols_through_train_sh(negative_gpt2, tmp_path):
-    """scripts/train.sh learned ... gpt2_small with the import's --masked-output-symbols continues it as
-    gpt2_transformer_lm (the masked symbols kept); without them it is refused in one line."""
-    from fairseq_alibi.models.build import load_checkpoint
-
-    variant, gpt2, encode, _, imported = negative_gpt2
-    if variant != "bpe_tied":
-        pytest.skip("one import is enough for the training path")
-    symbols = ["<s>", "<pad>", "</s>", "<unk>", *open(imported / "dict.txt").read().split()[::2]]
-    index = fairseq_index(variant, gpt2)
-    text = [" ".join(symbols[index[i]] for i in encode(line)) for line in wikitext_lines()[:80] if line.strip()]
-    for split in ("train", "valid"):
-        (tmp_path / f"{split}.txt").write_text("\n".join(text) + "\n")
-    run(["fairseq-preprocess", "--only-source", "--srcdict", str(imported / "dict.txt"), "--trainpref",
-         str(tmp_path / "train.txt"), "--validpref", str(tmp_path / "valid.txt"), "--destdir", str(tmp_path / "bin"),
-         "--workers", "1"])
-    toy = ["--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-input-dim", "32", "--decoder-output-dim", "32",
-           "--decoder-ffn-embed-dim", "128", "--decoder-attention-heads", "4", "--max-update", "2", "--max-tokens", "128",
-           "--disable-validation", "--finetune-from-model", str(imported / "checkpoint.pt")]
-    command = ["scripts/train.sh", "learned", "64", str(tmp_path / "bin"), str(tmp_path / "refused"), "gpt2_small", "--", *toy]
-    refused = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
-    assert refused.returncode != 0 and "--masked-output-symbols 0,1,3,4" in refused.stderr.strip().splitlines()[-1]
-    command[4] = str(tmp_path / "continued")
-    run([*command, "--masked-output-symbols", "0,1,3,4"], cwd=REPO)
-    model, cfg, _ = load_checkpoint(str(tmp_path / "continued" / "checkpoint_last.pt"), str(tmp_path / "bin"))
-    assert cfg.model._name == "gpt2_transformer_lm" and cfg.model.masked_output_symbols == "0,1,3,4"
-    with torch.no_grad():
-        log_probs = model.get_normalized_probs(model(index[torch.randint(0, gpt2.config.vocab_size, (1, 64))]),
-                                               log_probs=True)[0]
-    torch.testing.assert_close(log_probs[:, index].exp().sum(-1), torch.ones(64))
 
 
 def test_the_lm_eval_backend_stays_within_learned_positions_and_refuses_a_nan_score(negative_gpt2):
