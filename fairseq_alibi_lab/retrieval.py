@@ -227,7 +227,7 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
     check_scalings(checkpoint, str(scored["model"]), field(model_and_task(state)[0], f"{method}_scaling") is not None,
                    scalings)
     asked_lengths = {length for _, length, _ in groups}
-    # a learned position table has no row past its end: </s>, the prompt and the answer's words but its last fill `length`
+    # a learned position table has no row past its end: </s>, the prompt and all but the answer's last word take `length`
     end = learned_positions_end(state)
     if end and max(asked_lengths) > end:
         raise SystemExit(f"error: {checkpoint} learned {end} positions, prompts of {max(asked_lengths)} tokens are past "
