@@ -77,15 +77,28 @@ def checkpoint_kind(state):
 
 
 def wrong_kind(state, path, wanted):
-    """None if the checkpoint is a `wanted` (a KINDS value), else one line naming what it is and
-    which tool takes it."""
+    """None if the checkpoint is a `wanted` (a KINDS value) that the tools score right, else one line
+    naming what it is and which tool takes it (or that it must be imported again: unmasked_import)."""
     if not isinstance(state, dict):
         return f"{path} is not a fairseq checkpoint"
     kind = checkpoint_kind(state)
     if kind == wanted:
-        return None
+        return unmasked_import(state, path)
     tool = f": score it with {SCORED_BY[kind]}" if kind in SCORED_BY else ""
     return f"{path} is {with_article(kind)} checkpoint, not {with_article(wanted)}{tool}"
+
+
+def unmasked_import(state, path):
+    """None, or the line refusing a GPT-2 imported before fairseq's symbols it lacks were masked
+    (models/masked_output.py): its <s>, <pad> and <unk> are zero rows whose logit 0 takes the softmax's
+    mass, so every score of it is wrong. A GPT-2 that kept fairseq's ids has rows of its own there."""
+    if "fairseq_alibi_import" not in state or field(model_and_task(state)[0], "masked_output_symbols") is not None:
+        return None
+    rows = (state.get("model") or {}).get("decoder.embed_tokens.weight")
+    if rows is None or rows.dim() != 2 or rows.size(0) < 4 or not bool((rows[[0, 1, 3]] == 0).all()):
+        return None
+    return (f"{path} is a GPT-2 imported before fairseq's <s>, <pad> and <unk> were masked: they take its softmax's "
+            "mass and every score of it is wrong; import the GPT-2 again with fairseq-alibi-import-hf")
 
 
 def with_article(kind):

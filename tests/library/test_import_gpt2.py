@@ -225,3 +225,24 @@ def test_the_export_refuses_another_models_tokenizer_in_one_line(negative_gpt2, 
                                str(tmp_path / "other")], capture_output=True, text=True, cwd=REPO)
         assert proc.returncode != 0 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert snapshot(tmp_path) == before
+
+
+def test_a_gpt2_imported_before_the_masking_is_refused_in_one_line(negative_gpt2, tmp_path):
+    """A checkpoint the import wrote before this change (stock transformer_lm, nothing masked) would be
+    scored silently wrong by every tool: refused, naming the fix. A GPT-2 that kept fairseq's ids is not."""
+    from fairseq_alibi.models.build import load_checkpoint
+
+    variant, _, _, _, imported = negative_gpt2
+    state = torch.load(imported / "checkpoint.pt", weights_only=False)
+    state["cfg"]["model"]["_name"] = "transformer_lm"
+    state["cfg"]["model"].pop("masked_output_symbols", None)
+    torch.save(state, tmp_path / "old.pt")
+    if variant.startswith("word_level"):
+        load_checkpoint(str(tmp_path / "old.pt"), str(imported), kind="causal LM")
+        return
+    with pytest.raises(SystemExit, match=r"^error: .*old.pt is a GPT-2 imported before fairseq's <s>, <pad> and <unk> "
+                                         "were masked: .*import the GPT-2 again"):
+        load_checkpoint(str(tmp_path / "old.pt"), str(imported), kind="causal LM")
+    proc = subprocess.run(["fairseq-alibi-eval-lm", str(imported), "--path", str(tmp_path / "old.pt")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "imported before fairseq's <s>" in proc.stderr.strip().splitlines()[-1]
