@@ -74,13 +74,16 @@ def main(argv=None):
 
     from fairseq_alibi.tools import provenance
     from fairseq_alibi.models.build import load_checkpoint
-    from fairseq_alibi.tools.checkpoints import identity, read_state
+    from fairseq_alibi.tools.checkpoints import identity, learned_positions_end, read_state
     from fairseq_alibi_lab.result_rows import append_lines, require_appendable, row_fields
 
     fields = row_fields(args.fields)
     if args.out:
         require_appendable(args.out)
     model, _, task = load_checkpoint(args.checkpoint, args.data, kind="causal LM")
+    end = learned_positions_end(read_state(args.checkpoint))  # a learned position table has no row past its end
+    if end and args.length > end:
+        p.error(f"--length {args.length}: {args.checkpoint} learned {end} positions; give --length {end} or less")
     inputs, targets = stream_tokens(args.data, args.split, task.source_dictionary, args.limit)
     started = time.perf_counter()
     try:

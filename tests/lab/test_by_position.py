@@ -96,3 +96,12 @@ def test_the_script_prints_and_appends_the_positions(toy_checkpoint, wt2_slice, 
                            cwd=REPO, capture_output=True, text=True)  # the split itself is too short: one line
     assert short.returncode == 1 and short.stderr.splitlines()[-1].startswith("error: the valid split: ")
     assert "at least 15999 are needed" in short.stderr.splitlines()[-1] and "Traceback" not in short.stderr
+
+
+@pytest.mark.slow
+def test_a_window_past_a_learned_position_table_is_one_line(learned_checkpoint, wt2_slice):
+    """The learned twin (its table ends at its training length, 32) once died on an IndexError at 64."""
+    proc = subprocess.run([sys.executable, "scripts/by_position.py", str(learned_checkpoint), wt2_slice, "--length", "64"],
+                          cwd=REPO, capture_output=True, text=True)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and last.endswith("learned 32 positions; give --length 32 or less"), proc.stderr[-1500:]
