@@ -219,8 +219,14 @@ class Runner:
         """The kind's scorer on what the results lack, in a process of its own; its last error line if it fails."""
         proc = subprocess.Popen(self.kind.score_command(self, label, checkpoint, jobs, flags), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+        lines = []
         with stopped_together(proc):
-            _, errors = proc.communicate()
+            for line in proc.stderr:  # its progress shown as it comes (evaluate.py's "scoring ..." lines), all kept
+                lines.append(line)
+                if line.startswith("scoring "):
+                    print(f"    {line.rstrip()}", flush=True)
+            proc.wait()
+        errors = "".join(lines)
         if proc.returncode != 0:
             log = os.path.join(self.out, "scoring-errors.log")  # the whole of it, for a crash's cause
             with open(log, "a") as f:

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO, run
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.install  # make test-install (CI runs it after make test)
 
 TORCH = "torch==2.13.0"  # scripts/setup.sh's pin: another spec may pull a multi-GB CUDA build
 

@@ -509,6 +509,7 @@ def test_the_gpt2_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_
                "--out", str(out), "--models", *models, "--train-flags", " ".join(flags)]
     printed = run(command)
     assert "importing it" in printed and "training the GPT-2 stand-in" in printed
+    assert "\n    scoring GPT-2 (imported) at L_valid 16, stride 0 (1/" in printed  # the scorer's progress, shown
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
     scored = {(r["label"], r["l_valid"], r["stride_rule"], r["updates"]) for r in rows}
     expected = {(label, lv, rule, updates) for label, lengths, updates in [
