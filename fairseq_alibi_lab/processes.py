@@ -39,6 +39,18 @@ def follow(proc, log, where, updates=None, every=60.0, clock=None):
             print("   ", line.split(" | ")[-1].rstrip(), flush=True)
 
 
+def relayed(proc, shown):
+    """All of proc's stderr once it ends, its lines that start with `shown` printed as they come (a
+    scorer's progress), indented as the runner's."""
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith(shown):
+            print(f"    {line.rstrip()}", flush=True)
+    proc.wait()
+    return "".join(lines)
+
+
 @contextlib.contextmanager
 def stopped_together(*procs):
     """If the runner is stopped (Ctrl-C, SIGTERM), so is proc with everything it started (its own

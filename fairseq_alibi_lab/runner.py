@@ -29,7 +29,7 @@ from fairseq_alibi_lab import recipes, result_rows  # noqa: E402
 from fairseq_alibi_lab.result_rows import append_lines, append_new, left_out, read_rows  # noqa: E402
 from fairseq_alibi_lab.experiments import COMMITTED, EXPERIMENTS, declared_updates, names, slug  # noqa: E402
 from fairseq_alibi_lab.kinds import kind_of  # noqa: E402
-from fairseq_alibi_lab.processes import duration, follow, one_preparation_at_a_time, stopped_together  # noqa: E402
+from fairseq_alibi_lab.processes import duration, follow, one_preparation_at_a_time, relayed, stopped_together  # noqa: E402
 from fairseq_alibi_lab.prepare import SEPARATOR  # noqa: E402  (what prepare --documents writes between articles)
 
 # Label suffix -> the evaluation's --model-overrides.
@@ -219,14 +219,8 @@ class Runner:
         """The kind's scorer on what the results lack, in a process of its own; its last error line if it fails."""
         proc = subprocess.Popen(self.kind.score_command(self, label, checkpoint, jobs, flags), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
-        lines = []
         with stopped_together(proc):
-            for line in proc.stderr:  # its progress shown as it comes (evaluate.py's "scoring ..." lines), all kept
-                lines.append(line)
-                if line.startswith("scoring "):
-                    print(f"    {line.rstrip()}", flush=True)
-            proc.wait()
-        errors = "".join(lines)
+            errors = relayed(proc, "scoring ")  # its progress shown as it comes, all of it kept
         if proc.returncode != 0:
             log = os.path.join(self.out, "scoring-errors.log")  # the whole of it, for a crash's cause
             with open(log, "a") as f:
