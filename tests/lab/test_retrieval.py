@@ -735,6 +735,7 @@ def test_scoring_refuses_in_one_line_prompts_past_a_learned_position_table_and_p
     assert not (tmp_path / "out.jsonl").exists()
 
 
+@pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 def test_the_retrieval_workers_help_gives_the_codes_defaults():
     """Its --help once showed a --fraction default of 0.1 where the code used 0.5."""
     from fairseq_alibi_lab import retrieval

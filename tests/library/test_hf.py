@@ -556,6 +556,7 @@ def test_the_gpt2_experiment_takes_the_comparisons_alibi_from_its_committed_rows
     assert "run scripts/experiment.py comparison --models alibi --seeds 4" in refused.stderr
 
 
+@pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 def test_the_lm_eval_backends_help_says_what_it_takes():
     """fairseq-alibi-lm-eval --help once showed lm-eval's help alone (nothing of checkpoint=, data=)."""
     lm_eval = subprocess.run(["fairseq-alibi-lm-eval", "--help"], capture_output=True, text=True, cwd=REPO)

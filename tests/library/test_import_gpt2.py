@@ -112,6 +112,7 @@ def test_import_then_export_gives_the_gpt2s_log_probabilities(negative_gpt2, tmp
     assert torch.isclose(got[:, index].exp().sum(-1), torch.ones(len(ids))).all()
 
 
+@pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 def test_the_alibi_conversion_keeps_the_masked_symbols(negative_gpt2, tmp_path):
     from fairseq_alibi.models.build import load_checkpoint
 
@@ -199,6 +200,7 @@ def test_the_lm_eval_backend_stays_within_learned_positions_and_refuses_a_nan_sc
         lm.loglikelihood_rolling([request], disable_tqdm=True)
 
 
+@pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 def test_the_export_refuses_another_models_tokenizer_in_one_line(negative_gpt2, tmp_path):
     """An imported GPT-2 exported with --tokenizer of another GPT-2 once wrote a folder whose tokenizer mapped
     every text to the wrong ids (or raised, where its ids ran past the other vocabulary)."""
@@ -227,6 +229,7 @@ def test_the_export_refuses_another_models_tokenizer_in_one_line(negative_gpt2, 
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 def test_a_gpt2_imported_before_the_masking_is_refused_in_one_line(negative_gpt2, tmp_path):
     """A checkpoint the import wrote before this change (stock transformer_lm, nothing masked) would be
     scored silently wrong by every tool: refused, naming the fix. A GPT-2 that kept fairseq's ids is not."""

@@ -60,6 +60,7 @@ def test_onnx_runtime_gives_fairseqs_log_probabilities_and_greedy_tokens_with_it
     assert outputs[1].shape[2] == 8 * L  # the cache holds every token
 
 
+@pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 def test_a_truncated_weights_file_is_refused_in_one_line_and_nothing_written(tmp_path):
     import subprocess
     import sys
