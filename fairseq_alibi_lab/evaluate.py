@@ -31,13 +31,14 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 
 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi.tools import checkpoints, dictionaries, files, provenance  # noqa: E402  (results rows, stride rules; no fairseq)
 from fairseq_alibi_lab import result_rows  # noqa: E402
 from fairseq_alibi_lab.processes import duration  # noqa: E402
 from fairseq_alibi.methods import SCALINGS  # noqa: E402  (the registry's; no fairseq import)
-from fairseq_alibi.models.factory import PER_QUERY_SLOPE_KERNELS  # noqa: E402  (pure torch)
+from fairseq_alibi.models.factory import PER_QUERY_SLOPE_KERNELS, chosen_kernel  # noqa: E402  (pure torch)
 
 
 def fail(message):
@@ -82,9 +83,7 @@ def trained(checkpoint, user_overrides):
     method = name.split("_transformer_lm")[0]
     seed = (cfg.get("common") or {}).get("seed")
     positions_end = checkpoints.learned_positions_end(state)  # a GPT-2 imported: no row past its table
-    kernel = model.get("attention_kernel") or "auto"
-    if kernel == "auto" and model.get("alibi_attention"):  # ALiBi's older name for it
-        kernel = model["alibi_attention"]
+    kernel, _ = chosen_kernel(types.SimpleNamespace(**model))
     return (name, int(cfg["task"]["tokens_per_sample"]), f"{method}_scaling" in model,
             history[-1].get("num_updates", -1), seed, overrides, positions_end, kernel)
 

@@ -15,7 +15,7 @@ def duration(seconds):
 def follow(proc, log, where, updates=None, every=60.0, clock=None):
     """The training's output into its log; its validations (at `where`) and errors shown, and, at most
     once a minute (`every` seconds), its updates out of `updates` with the time left at the rate since
-    this run began (a resumed run's earlier updates not counted)."""
+    the first update it reported (start-up, and a resumed run's earlier updates, not counted)."""
     import time
 
     clock = clock or time.monotonic

@@ -11,8 +11,9 @@ registers the model, then runs lm_eval's command line. data: the training data's
 dict.txt; default the checkpoint's, where scripts/train.sh keeps a copy); tokenizer: a BPE
 dictionary's vocab.json and merges.txt folder (export.py's --tokenizer). Any other model_args
 (max_length, batch_size, ...) are HFLM's; max_length defaults to a learned position table's length (an
-imported GPT-2's), past which it is refused. A NaN or infinite score is refused, not reported. In Python, `import fairseq_alibi.hf.lm_eval_backend` before
-`lm_eval.simple_evaluate(model="fairseq_alibi", ...)` registers it the same way.
+imported GPT-2's), past which it is refused. A NaN or infinite score is refused, not reported. In
+Python, `import fairseq_alibi.hf.lm_eval_backend` before `lm_eval.simple_evaluate(model="fairseq_alibi",
+...)` registers it the same way.
 """
 from fairseq_alibi.hf import environment_problem
 

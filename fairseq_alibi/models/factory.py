@@ -22,12 +22,19 @@ def causal_positions(method: str, args) -> Tuple[PositionMethod, str]:
     config = METHODS[method].Config.from_args(args)
     positions = config_check(build_method, method, config, heads, args.decoder_embed_dim // heads,
                              args.decoder_embed_dim, flags=config.flags() or "--decoder-embed-dim/--decoder-attention-heads")
+    kernel, flag = chosen_kernel(args)
+    check_kernel(kernel, positions, flag)
+    return positions, kernel
+
+
+def chosen_kernel(args) -> Tuple[str, str]:
+    """(the kernel a model's options choose, the flag that chose it): --attention-kernel, or ALiBi's
+    older --alibi-attention where --attention-kernel is left at auto."""
     kernel, flag = getattr(args, "attention_kernel", None) or "auto", "--attention-kernel"
     legacy = getattr(args, "alibi_attention", None)
     if kernel == "auto" and legacy and legacy != "auto":
         kernel, flag = legacy, "--alibi-attention"
-    check_kernel(kernel, positions, flag)
-    return positions, kernel
+    return kernel, flag
 
 
 # The kernels that take dynamic NTK's per-query slopes (the others take one slope per head).

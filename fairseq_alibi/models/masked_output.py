@@ -60,13 +60,13 @@ def finetune_problem(start: str, masked: Optional[str]) -> Optional[str]:
     silently change which symbols the model predicts (fairseq loads only the start's weights)."""
     import os
 
-    from fairseq_alibi.tools.checkpoints import NotACheckpoint, field, model_and_task, read_state
+    from fairseq_alibi.tools import checkpoints
 
     if not os.path.isfile(start):
         return None  # fairseq's own message
     try:
-        theirs = field(model_and_task(read_state(start))[0], "masked_output_symbols")
-    except NotACheckpoint:
+        theirs = checkpoints.field(checkpoints.model_and_task(checkpoints.read_state(start))[0], "masked_output_symbols")
+    except checkpoints.NotACheckpoint:
         return None
     if (theirs or None) == (masked or None):
         return None

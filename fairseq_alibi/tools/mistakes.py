@@ -1,7 +1,8 @@
 """Common mistakes on fairseq's command line that fairseq itself answers with a traceback (or a
 run that never ends, or a silently wrong model): caught before it starts, in one line naming the fix.
-Plain Python, no torch or fairseq (but for a fine-tune, whose start is read), so that it is asked cheaply: by scripts/train.sh and train_once.sh (fairseq_alibi_lab/
-train.py, train_once.py) and fairseq_alibi/tools/cli.py (fairseq-alibi-train, fairseq-alibi-eval-lm).
+Plain Python, no torch or fairseq (but for a fine-tune, whose start is read), so that it is asked
+cheaply: by scripts/train.sh and train_once.sh (fairseq_alibi_lab/train.py, train_once.py) and
+fairseq_alibi/tools/cli.py (fairseq-alibi-train, fairseq-alibi-eval-lm).
 """
 from typing import List, Optional
 
