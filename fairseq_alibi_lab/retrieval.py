@@ -30,7 +30,7 @@ import random
 import sys
 
 from fairseq_alibi.tools.files import one_line_on_disk_faults
-from fairseq_alibi_lab import learned_slopes
+from fairseq_alibi_lab import claims, learned_slopes
 
 TASKS = ("passkey", "multikey", "kvlookup")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -471,7 +471,11 @@ METRICS = {"accuracy": "exact match", "first_accuracy": "first key word"}  # a r
 # key sits from the first generated token (min and max over the group's prompts): a group whose
 # nearest needle is past L tests retrieval past the training length, one within L does not.
 FLOORS = ("a random needle", "the needle nearest the question", "the most frequent number", "chance")
-FLOOR = "(floor)"  # the floor rows' checkpoint: a cell of one value, not of seeds
+FLOOR = claims.FLOOR  # the floor rows' checkpoint: a cell of one value, not of seeds
+# ALiBi's attention field, in tokens (docs/retrieval.md, "The field"): where its gentlest head (slope
+# 1/256 of 8 heads) pays -4 (a weight e^-4, under 2%, against a key at distance 0). A needle is past
+# the field when it sits more than this far from the question (past(floors, FIELD)).
+FIELD = 1024
 FLOOR_ROWS = "floors.jsonl"
 QUESTION_WORDS = {"passkey": 10, "multikey": 12, "kvlookup": 5}  # the question's length (needle_and_question)
 

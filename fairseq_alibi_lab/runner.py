@@ -27,14 +27,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi.tools import checkpoints, files, provenance  # noqa: E402  (no fairseq or torch import)
 from fairseq_alibi_lab import recipes, result_rows  # noqa: E402
 from fairseq_alibi_lab.result_rows import append_lines, append_new, left_out, read_rows  # noqa: E402
-from fairseq_alibi_lab.experiments import COMMITTED, EXPERIMENTS, declared_updates, names, slug  # noqa: E402
+from fairseq_alibi_lab.experiments import COMMITTED, EXPERIMENTS, base, declared_updates, names, slug  # noqa: E402
 from fairseq_alibi_lab.kinds import kind_of  # noqa: E402
 from fairseq_alibi_lab.processes import duration, follow, one_preparation_at_a_time, relayed, stopped_together  # noqa: E402
 from fairseq_alibi_lab.prepare import SEPARATOR  # noqa: E402  (what prepare --documents writes between articles)
 
 # Label suffix -> the evaluation's --model-overrides.
-DOCUMENT_SCORINGS = {"scored apart": f"{{'document_separator': '{SEPARATOR}'}}",
-                     "scored packed": "{'document_separator': None}"}
+DOCUMENT_SCORINGS = dict(zip(base.DOCUMENT_SCORINGS, (f"{{'document_separator': '{SEPARATOR}'}}",
+                                                      "{'document_separator': None}")))
 
 
 class Runner:

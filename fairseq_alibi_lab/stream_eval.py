@@ -186,6 +186,27 @@ def stream_cells(path):
              r["cache"]): r["perplexity"] for r in read_rows(path)}
 
 
+def claim_cells(paths, experiment):
+    """The streaming experiment's claims' cells: its perplexity rows, and beside each results file its
+    streams (stream_cells), a cell of their own at L."""
+    from fairseq_alibi_lab import claims, results
+    from fairseq_alibi_lab.experiments.base import paired_by_seed
+
+    rows, read = results.load(paths), list(paths)
+    for path in paths:
+        streamed = os.path.join(os.path.dirname(path), ROWS)
+        if not os.path.exists(streamed):
+            raise SystemExit(f"error: no {ROWS} beside {path}: the streaming experiment writes it (scripts/experiment.py streaming)")
+        read.append(streamed)
+        rows.update(stream_cells(streamed))
+    return claims.perplexity_rows(rows, read, lambda a, b: paired_by_seed(experiment, a, b))
+
+
+def cells(experiment):
+    """The streams' cells an experiment scores: each model's streams at L (the cache)."""
+    return {(stream_label(model.label, sinks), 1) for model in experiment.models for sinks in SINKS}
+
+
 def report(rows, out):
     """OUT/streaming.md: per model, perplexity at L in blocks, with a sliding window of stride L/2 and
     with the exact sliding window (stride 1: every token after the L - 1 before it, recomputed), then

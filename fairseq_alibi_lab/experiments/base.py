@@ -64,6 +64,10 @@ class Stages:
     score: Optional[Callable] = None  # score(run, model, seed, checkpoint) -> True if it scored anything
     rows: tuple = ()  # the files under OUT that `score` appends to (merged from parallel parts by name)
     report: Optional[Callable] = None  # report(rows, out) -> a table of its own from the declared runs' rows
+    # Its rows as its claims' cells: claim_cells(results paths, experiment) -> claims.Cells (None: perplexity rows).
+    claim_cells: Optional[Callable] = None
+    # cells(experiment) -> every cell it scores, which its claims may name (None: perplexity_cells).
+    cells: Optional[Callable] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,17 +91,60 @@ class Experiment:
     train_flags: tuple = ()
     updates: int = 0  # training updates (0: the recipe's)
     stages: Stages = Stages()
+    # Its claims (claims.Claim), judged on its rows by scripts/claims.py; each names cells it scores.
+    claims: tuple = ()
 
 
 EXPERIMENTS = {}
+# The two ways a documents experiment scores each model (runner.DOCUMENT_SCORINGS: a row's label suffix).
+DOCUMENT_SCORINGS = ("scored apart", "scored packed")
 
 
 def register(name, experiment):
-    """Declare an experiment under `name` (scripts/experiment.py NAME); a name declared twice is refused."""
+    """Declare an experiment under `name` (scripts/experiment.py NAME); a name declared twice, or a claim
+    on a cell the experiment does not score, is refused."""
     if name in EXPERIMENTS:
         raise ValueError(f"experiment '{name}' is declared twice")
+    scored = (experiment.stages.cells or perplexity_cells)(experiment)
+    for claim in experiment.claims:
+        for cell in (claim.a, claim.b):
+            if tuple(cell) not in scored:
+                raise ValueError(f"experiment '{name}': the claim {claim.text!r} names {cell}, a cell it does not score "
+                                 f"(it scores {len(scored)} cells, e.g. {sorted(scored, key=str)[:3]})")
     EXPERIMENTS[name] = experiment
     return experiment
+
+
+def labels(model):
+    """The labels a model's rows carry: its own, and its own + each scaling it is scored with."""
+    from fairseq_alibi_lab.results import SCALINGS
+
+    return (model.label, *(model.label + SCALINGS[scaling] for scaling in model.scalings))
+
+
+def multiples(experiment, model):
+    """The multiples of L a model is scored at."""
+    return tuple(k for k in (model.multiples or experiment.multiples) if not model.longest or k <= model.longest)
+
+
+def perplexity_cells(experiment):
+    """Every perplexity cell an experiment scores: (label, K) of a model trained at L, (label, K, T) of one
+    trained at T x L; a documents experiment's labels carry the scoring (DOCUMENT_SCORINGS)."""
+    found = set()
+    for model in experiment.models:
+        names = labels(model)
+        if experiment.documents:
+            names = tuple(f"{label}, {scoring}" for label in names for scoring in DOCUMENT_SCORINGS)
+        trained = (model.train_multiple,) if model.train_multiple != 1 else ()
+        found |= {(label, k, *trained) for label in names for k in multiples(experiment, model)}
+    return found
+
+
+def paired_by_seed(experiment, label_a, label_b):
+    """Whether two of an experiment's labels are one seed's arms: both fine-tuned from a checkpoint
+    prepared for that seed (Model.start), so a paired test pairs them by seed."""
+    starts = {model.label: model.start for model in experiment.models}
+    return bool(starts.get(label_a) and starts.get(label_b))
 
 
 def declared_updates(experiment, length):

@@ -2,13 +2,13 @@
 up to the recipe's lr 0.003, which alone set the continued GPT-2 back 10%. First gpt2-schedule
 chooses the fine-tune schedule on the continued GPT-2 alone (seed 1), by the rule in its
 description, written before any of its rows; then gpt2-alibi-2 (declared here once the schedule is
-chosen; its claims are in claims.py already) runs the conversion with it, 3 seeds, beside ALiBi
+chosen; its claims were declared before any row of either) runs the conversion with it, 3 seeds, beside ALiBi
 trained from scratch in the GPT-2's layout for the GPT-2's and its fine-tune's updates together.
 Both share their GPT-2 stand-ins (checkpoints/gpt2-alibi-2)."""
 import os
 
 from fairseq_alibi_lab import gpt2_conversion
-from fairseq_alibi_lab.claims import CE_D, CONTINUED_D, DISTILLED_D, SCRATCH_D
+from fairseq_alibi_lab.claims import Claim
 from fairseq_alibi_lab.experiments.alibi_conversion import DISTILLATION
 from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register, slug
 
@@ -86,6 +86,30 @@ def wall_time(rows, out):
 PEAK = "0.0001"
 SCHEDULE = ("--lr", PEAK, "--warmup-updates", "0")
 
+# gpt2-alibi-2's claims: every fine-tune with the schedule gpt2-schedule chooses; declared before any row of either experiment.
+CONTINUED_D, CE_D, DISTILLED_D = ("GPT-2 continued (chosen schedule)", "GPT-2 -> ALiBi, cross entropy (chosen schedule)",
+                                  "GPT-2 -> ALiBi, distillation (chosen schedule)")
+SCRATCH_D = "ALiBi from scratch, GPT-2 layout (1600)"
+GPT2_ALIBI_2 = (
+    Claim("With the chosen schedule the continued GPT-2 is not set back (no worse than imported, at L)",
+          (CONTINUED_D, 1), (IMPORTED, 1), "at most", declared="8c4f3e2"),
+    Claim("Distillation recovers the conversion better than cross entropy, schedule deconfounded (at L)",
+          (DISTILLED_D, 1), (CE_D, 1), "lower", declared="8c4f3e2"),
+    Claim("Distillation recovers the conversion better than cross entropy, schedule deconfounded (at 16L)",
+          (DISTILLED_D, 16), (CE_D, 16), "lower", declared="8c4f3e2"),
+    Claim("The distilled conversion is below the GPT-2 continued as long, schedule deconfounded (at L)",
+          (DISTILLED_D, 1), (CONTINUED_D, 1), "lower", declared="8c4f3e2"),
+    Claim("Cross entropy's conversion is below the GPT-2 continued as long, schedule deconfounded (at L)",
+          (CE_D, 1), (CONTINUED_D, 1), "lower", declared="8c4f3e2"),
+    Claim("ALiBi from scratch in the GPT-2's layout for as many updates beats the distilled conversion (at L)",
+          (SCRATCH_D, 1), (DISTILLED_D, 1), "lower", declared="8c4f3e2"),
+    Claim("ALiBi from scratch in the GPT-2's layout for as many updates beats the distilled conversion (at 16L)",
+          (SCRATCH_D, 16), (DISTILLED_D, 16), "lower", declared="8c4f3e2"),
+    Claim("The distilled conversion at 16L is below the imported GPT-2 at L (sliding window)",
+          (DISTILLED_D, 16), (IMPORTED, 1), "lower", ("L_valid/2",), declared="8c4f3e2"),
+    Claim("The distilled conversion uses context past L (16L below L, sliding window)",
+          (DISTILLED_D, 16), (DISTILLED_D, 1), "lower", ("L_valid/2",), declared="8c4f3e2"),
+)
 register("gpt2-alibi-2", Experiment(
     "gpt2-alibi again, deconfounded: the imported GPT-2 continued, and its ALiBi conversion fine-tuned with cross "
     f"entropy and with distillation from it, each for 200 updates with gpt2-schedule's choice (no warm-up, peak {PEAK}, "
@@ -98,4 +122,5 @@ register("gpt2-alibi-2", Experiment(
      Model(DISTILLED_D, "alibi", SCHEDULE + DISTILLATION, start="converted"),
      Model(SCRATCH_D, "alibi", updates=1600)),
     recipe="gpt2_small", updates=200, checkpoints="gpt2-alibi-2",
-    stages=Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates, report=wall_time)))
+    stages=Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates, report=wall_time),
+    claims=GPT2_ALIBI_2))

@@ -1,9 +1,25 @@
 """The paper's headline trade: ALiBi trained short against sinusoidal models trained at each length,
 with each training's wall-clock and peak memory."""
 from fairseq_alibi_lab import trade_table
+from fairseq_alibi_lab.claims import Claim
 from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register
 
 SEQUENCES_FIXED = "Sinusoidal, sequences per update fixed"  # the variant (trade_table.py: a grid by tokens per update)
+# The trade compares models trained at several lengths (a cell's third element: trained at T x L),
+# each scored nonoverlapping.
+TRADE = tuple(
+    Claim(f"The sinusoidal model trained at {t}L is no worse at its own length than the one trained at L",
+          ("Sinusoidal", t, t), ("Sinusoidal", 1), "at most", ("0",),
+          declared="e5502a7", after_data=True) for t in (2, 4, 16)) + (
+    Claim("ALiBi trained at L beats, at 16L, the sinusoidal model trained at 16L", ("ALiBi", 16), ("Sinusoidal", 16, 16),
+          "lower", ("0",), declared="e5502a7", after_data=True),
+    Claim("ALiBi trained at L, scored at 16L, beats the sinusoidal model trained and scored at L", ("ALiBi", 16),
+          ("Sinusoidal", 1), "lower", ("0",), declared="e5502a7", after_data=True),
+    Claim("At 4096 tokens per update, L beats 2L (64 against 32 sequences per update)", ("Sinusoidal at L, 2x tokens", 1),
+          (SEQUENCES_FIXED, 2, 2), "lower", ("0",), declared="e5502a7", after_data=True),
+    Claim("At 8192 tokens per update, L beats 4L (128 against 32 sequences per update)", ("Sinusoidal at L, 4x tokens", 1),
+          (SEQUENCES_FIXED, 4, 4), "lower", ("0",), declared="e5502a7", after_data=True),
+)
 register("trade", Experiment(
     "The paper's headline trade: ALiBi trained at L=64 and scored at 64, 128, 256 and 1024 against "
     "sinusoidal models trained at each of those lengths and scored at their own; each training's "
@@ -25,4 +41,4 @@ register("trade", Experiment(
     # ALiBi and the sinusoidal model at L are trained here again, not taken from the comparison
     # (same label, recipe and seeds): trade.md sets each training's wall-clock and peak memory
     # beside the others', which only means something for runs on one machine in one run.
-    strides=("0",), stages=Stages(report=trade_table.report)))
+    strides=("0",), stages=Stages(report=trade_table.report), claims=TRADE))

@@ -148,7 +148,7 @@ def test_train_flags_may_not_change_a_declared_model(flags, named, tmp_path):
 @pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 def test_claims_refuse_another_experiments_rows_and_another_run_as_seeds(tmp_path):
     committed = os.path.join(REPO, "examples", "wikitext2", "results")
-    proc = subprocess.run([PYTHON, "scripts/claims.py", os.path.join(committed, "trade", "results.jsonl")],
+    proc = subprocess.run([PYTHON, "scripts/claims.py", os.path.join(committed, "trade", "results.jsonl"), "--experiment", "comparison"],
                           capture_output=True, text=True, cwd=REPO)
     assert "holds rows of the trade experiment" in one_line(proc) and "--experiment trade" in proc.stderr
     rows = [json.loads(line) for line in open(os.path.join(committed, "comparison", "results.jsonl"))]

@@ -322,6 +322,7 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
 
     from conftest import REPO
     from fairseq_alibi_lab import claims
+    from fairseq_alibi_lab.experiments import EXPERIMENTS, needles
 
     def row(label, seed, length, depth, accuracy, scaling="none", task="passkey"):
         return {"label": label, "model": "m", "seed": seed, "checkpoint": f"{label}-s{seed}.pt", "scaling": scaling,
@@ -333,27 +334,30 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
     rows += [row("ALiBi", s, 256, d, 0.9, "ntk") for s in (1, 2, 3) for d in (0.0, 1.0)]
     rows.append(row("ALiBi", 1, 256, 1.0, 0.3))  # a rescoring of seed 1's depth 1.0: it wins
     del rows[0]["first_accuracy"]  # a row scored before the first word was counted: left out of that scoring only
-    found, length = claims.retrieval_cells(rows)
+    found, length, _ = needles.cells_of(rows)
     # ... where its seed waits (a mean over fewer depths is another number), as a seed whose scoring of
     # a length was cut between its depths does
     assert found[("first key word", "ALiBi", "passkey", 64)] == pytest.approx({f"ALiBi-s{s}.pt": 100.0 for s in (2, 3)})
     cut = [r for r in rows if (r["seed"], r["length"], r["scaling"], r["depth"]) != (3, 256, "ntk", 1.0)]
-    assert claims.retrieval_cells(cut)[0][("exact match", "ALiBi + NTK", "passkey", 256)] == pytest.approx(
+    assert needles.cells_of(cut)[0][("exact match", "ALiBi + NTK", "passkey", 256)] == pytest.approx(
         {f"ALiBi-s{s}.pt": 90.0 for s in (1, 2)})
     rows[0]["first_accuracy"] = 1.0
-    found, length = claims.retrieval_cells(rows)
+    found, length, _ = needles.cells_of(rows)
     assert length == 64 and found[("exact match", "ALiBi", "passkey", 256)] == pytest.approx(
         {"ALiBi-s1.pt": 15.0, "ALiBi-s2.pt": 10.0, "ALiBi-s3.pt": 15.0})
     assert found[("first key word", "ALiBi", "passkey", 256)] == pytest.approx({f"ALiBi-s{s}.pt": 100.0 for s in (1, 2, 3)})
     assert found[("first key word", "ALiBi", "passkey", 64)] == pytest.approx({f"ALiBi-s{s}.pt": 100.0 for s in (1, 2, 3)})
-    text = claims.retrieval_table(rows, floors=toy_floors(rows))
-    lines = {line.split(" | ")[0].lstrip("| ") + " / " + line.split(" | ")[2]: line for line in text.splitlines()[2:]
-             if line.startswith("| ")}  # claim / scoring (the second column: when it was declared)
+    experiment = EXPERIMENTS["retrieval"]
+    text = claims.render(needles.cells_from(rows, toy_floors(rows), (), experiment), experiment.claims)
+    lines = {line.split(" | ")[0].lstrip("| ") + " / " + line.split(" | ")[3]: line for line in text.splitlines()[2:]
+             if line.startswith("| ")}  # claim / scoring (the second and third columns: when declared, its family)
     fails = lines["ALiBi fails past L (passkey: L above 4L) / exact match (%)"]
     assert "ALiBi, passkey at 64: 100.00 ± 0.00 (n=3) | ALiBi, passkey at 256: 13.33 ± 2.89 (n=3)" in fails
-    assert "paired t" in fails and fails.endswith("| supported |")
+    assert "| primary |" in fails and "paired t" in fails and fails.endswith("| supported |")
     assert lines["NTK-ALiBi widens ALiBi's field (passkey at 4L) / exact match (%)"].endswith("| supported |")
-    assert lines["ALiBi fails past L (passkey: L above 4L) / first key word (%)"].endswith("| not separated |")
+    # the first key word was a scoring added after the data: exploratory
+    first = lines["ALiBi fails past L (passkey: L above 4L) / first key word (%)"]
+    assert "| exploratory (post hoc) |" in first and first.endswith("| exploratory (no verdict) |")
     assert lines["Rotary + YaRN retrieves further than ALiBi (passkey at 4L) / exact match (%)"].endswith(
         "| no verdict (a cell not scored) |")
     (tmp_path / "results.jsonl").write_text("")
@@ -373,16 +377,16 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
     declared = [line for name, line in lines.items() if name.startswith("NTK-ALiBi widens ALiBi's field (passkey")]
     # the floors add the scorings over needles past L, which --compare asks too and the claim was not declared on
     assert len(compared) == 4
-    compared = [line for line in compared if line.split(" | ")[2] in {d.split(" | ")[2] for d in declared}]
+    compared = [line for line in compared if line.split(" | ")[3] in {d.split(" | ")[3] for d in declared}]
 
-    def measured(line):  # scoring, cells, rule, test, verdict: not when it was declared, nor Holm's p (another family)
-        cells = line.split(" | ")
-        return cells[2:7] + cells[8:]
+    def measured(line):  # scoring, cells, spread, test: not when it was declared, its family, Holm's p or a verdict
+        return line.split(" | ")[3:8]
     assert len(compared) == 2 and [measured(line) for line in compared] == [measured(line) for line in declared]
-    assert all(" | not declared (asked after the data) | " in line for line in compared)
+    assert all(" | not declared (asked after the data) | exploratory (post hoc) | " in line for line in compared)
+    assert all(line.endswith("| exploratory (no verdict) |") for line in compared)
     assert all(line.startswith("| ALiBi + NTK at 4L above ALiBi at 4L (passkey) | ") for line in compared)
     for flags, message in ((["--compare", "ALiBi + NTK@4", "ALiBi@4"], "--compare on the retrieval rows needs --task"),
-                           (["--compare", "Alibi@4", "ALiBi@4", "--task", "passkey"], "no retrieval rows of 'Alibi'; its models: ALiBi, ALiBi + NTK"),
+                           (["--compare", "Alibi@4", "ALiBi@4", "--task", "passkey"], "no rows of 'Alibi' at 4L"),
                            (["--task", "passkey"], "--task names the task of --compare's cells")):
         refused = subprocess.run(command + flags, cwd=REPO, capture_output=True, text=True)
         assert refused.returncode == 2 and message in refused.stderr.strip().splitlines()[-1], refused.stderr
@@ -484,26 +488,28 @@ def test_a_claim_against_the_floor_takes_the_seeds_spread_and_a_one_sample_test(
     from fairseq_alibi_lab.retrieval import FLOOR
 
     seeds = {"a-s1": 44.0, "a-s2": 45.0, "a-s3": 46.0}
-    rule, test, verdict, p = claims.compare(seeds, {FLOOR: 33.0}, "higher")
-    assert rule.startswith("separated") and verdict == "supported" and p == pytest.approx(
-        stats.ttest_1samp([44.0, 45.0, 46.0], 33.0).pvalue) and test.startswith("one-sample t")
-    assert claims.compare(seeds, {FLOOR: 44.5}, "at most")[2].startswith("no difference shown")
-    assert claims.compare({"a-s1": 1.0}, {FLOOR: 0.5}, "higher")[2].startswith("no verdict (n = 1")
+    found = claims.compare(seeds, {FLOOR: 33.0})
+    assert found.spread.startswith("separated") and found.difference == 12.0 and found.p == pytest.approx(
+        stats.ttest_1samp([44.0, 45.0, 46.0], 33.0).pvalue) and found.test.startswith("one-sample t")
+    assert claims.verdict("higher", found, True, found.p) == "supported"
+    assert claims.compare(seeds, {FLOOR: 44.5}).spread.startswith("within")
+    assert claims.compare({"a-s1": 1.0}, {FLOOR: 0.5}).missing.startswith("no verdict (n = 1")
 
 
-def test_seeds_without_spread_get_no_p_value_not_zero():
+def test_seeds_without_spread_get_no_test_and_no_verdict():
     """Three seeds at 0% against a floor of 1% (ALiBi's passkey at 128L): scipy's one-sample t is
-    infinite there and its p 0; the table says there is no test, and Holm's family leaves it out."""
+    infinite there and its p 0; the table says there is no test, Holm's family leaves it out, and
+    a primary line without a test has no verdict."""
     from fairseq_alibi_lab import claims
     from fairseq_alibi_lab.retrieval import FLOOR
 
     zeros = {"a-s1": 0.0, "a-s2": 0.0, "a-s3": 0.0}
-    rule, test, verdict, p = claims.compare(zeros, {FLOOR: 1.0}, "at most")
-    assert p is None and test == "one-sample t: no spread, p undefined" and rule.startswith("separated")
-    assert verdict == "supported"  # by the seeds' spread, the verdict's rule
+    found = claims.compare(zeros, {FLOOR: 1.0})
+    assert found.p is None and found.test == "one-sample t: no spread, no test" and found.spread.startswith("separated")
+    assert claims.verdict("at most", found, True, None) == "no verdict (no test)"
     ntk = {"a-s1": 70.0, "a-s2": 80.0, "a-s3": 90.0}
     shifted = {c: v - 5.0 for c, v in ntk.items()}  # every paired difference 5: no spread either
-    assert claims.t_test(ntk, shifted) == ("paired t: no spread, p undefined", None)
+    assert claims.t_test(ntk, shifted) == ("paired t: no spread, no test", None)
     assert claims.t_test(ntk, zeros)[1] is not None  # the differences spread: a test
     assert claims.t_test({"x-s1": 1.0, "x-s2": 1.0}, {"y-s1": 2.0, "y-s2": 2.0})[1] is None  # Welch, both flat
     assert claims.holm([None, 0.01, 0.04]) == [None, 0.02, 0.04]

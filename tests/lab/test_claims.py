@@ -1,0 +1,206 @@
+"""The verdict engine (fairseq_alibi_lab/claims.py): the tests written out, the primary family and
+Holm's adjustment deciding each verdict, pairing, and claims declared with the experiments they judge."""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from scipy import stats
+
+from conftest import REPO
+
+from fairseq_alibi_lab import claims, results  # noqa: E402
+from fairseq_alibi_lab.experiments import EXPERIMENTS, Experiment, Model, register  # noqa: E402
+
+
+def seeds(*values, run="x"):
+    return {f"{run}-s{i}": v for i, v in enumerate(values, 1)}
+
+
+def test_the_tests_written_out():
+    """Welch's t for independent runs, a paired t for the same checkpoints and for one seed's arms,
+    against their formulas written out; the seeds' spread described beside them."""
+    a, b = [200.1, 201.3, 199.8], [205.2, 205.9, 204.1]
+    ma, mb = sum(a) / 3, sum(b) / 3
+    va, vb = (sum((x - ma) ** 2 for x in a) / 2), (sum((x - mb) ** 2 for x in b) / 2)
+    t = (ma - mb) / ((va / 3 + vb / 3) ** 0.5)
+    df = (va / 3 + vb / 3) ** 2 / ((va / 3) ** 2 / 2 + (vb / 3) ** 2 / 2)  # Welch-Satterthwaite
+    welch = claims.compare(seeds(*a, run="a"), seeds(*b, run="b"))
+    assert welch.test == f"Welch t, p = {2 * stats.t.sf(abs(t), df):.2g}" and welch.difference == pytest.approx(ma - mb)
+    assert welch.spread == "separated"  # 5.0 apart, stds 0.8 and 0.9
+    d = [x - y for x, y in zip(a, b)]
+    md = sum(d) / 3
+    t = md / ((sum((x - md) ** 2 for x in d) / 2) ** 0.5 / 3 ** 0.5)
+    paired = f"p = {2 * stats.t.sf(abs(t), 2):.2g}"
+    assert claims.compare(seeds(*a), seeds(*b)).test == f"paired t, {paired}"  # one model at two lengths
+    arms = {"a-s1": 1, "a-s2": 2, "a-s3": 3, "b-s1": 1, "b-s2": 2, "b-s3": 3}
+    assert claims.compare(seeds(*a, run="a"), seeds(*b, run="b"), arms).test == f"paired t (one seed's arms), {paired}"
+    assert claims.compare(seeds(1, 2, 3, run="a"), seeds(3.1, 3.2, 3.3, run="b")).spread == "separated"
+    assert claims.compare(seeds(1, 2, 3, run="a"), seeds(2.9, 3.0, 3.1, run="b")).spread == "within the seeds' spread"
+    assert claims.compare(seeds(1, 2, run="a"), seeds(1, 2, 3, run="b")).missing.startswith("no verdict (n = 2 and 3")
+    adjusted = claims.holm([0.01, 0.04, 0.03, None])  # sorted 0.01, 0.03, 0.04 times 3, 2, 1, kept monotone
+    assert adjusted[:3] == pytest.approx([0.03, 0.06, 0.06]) and adjusted[3] is None
+    assert claims.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+
+
+def row(label, seed, l_valid, ppl, stride="0", checkpoint=None):
+    return {"model": "m", "label": label, "split": "valid", "train_length": 64, "seed": seed,
+            "checkpoint": checkpoint or f"{label}-s{seed}", "l_valid": l_valid, "perplexity": ppl, "stride_rule": stride,
+            "stride": 0, "scaling": "none"}
+
+
+def verdicts(text):
+    """{claim: (family, Holm p, verdict)} of a rendered table's lines."""
+    out = {}
+    for line in text.splitlines()[2:]:
+        if line.startswith("| "):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            out[cells[0]] = (cells[2], cells[8], cells[9])
+    return out
+
+
+def test_the_corrected_test_decides_and_the_spread_only_describes():
+    """A primary verdict is the Holm-corrected test's: "supported" where it is below 0.05 in the claim's
+    direction, "refuted" against it, "not shown" where it is not below (a raw p of 0.03 with Holm's
+    0.06 included); means apart by more than the seeds' spread decide nothing, and a paired effect
+    within the spread is shown; a claim declared after its data is exploratory: no verdict, out of the family."""
+    rows = [row("A", s, lv, 100 + s + (0.5 if lv == 1024 else 0)) for s in (1, 2, 3) for lv in (64, 1024)]  # paired 0.5 apart
+    rows[1]["perplexity"] += 0.001  # the paired differences spread a little: a test
+    rows += [row("B", s, 64, v) for s, v in ((1, 90), (2, 95), (3, 100))]
+    rows += [row("C", s, 64, v) for s, v in ((1, 101), (2, 102), (3, 103))]
+    rows += [row("D", s, 64, v) for s, v in ((1, 150), (2, 151), (3, 152))]
+    claim = claims.Claim
+    declared = [
+        claim("A at 16L is above A at L (paired, within the spread)", ("A", 16), ("A", 1), "higher", ("0",), declared="abc1234"),
+        claim("C below B", ("C", 1), ("B", 1), "lower", ("0",), declared="abc1234"),
+        claim("D below C", ("D", 1), ("C", 1), "lower", ("0",), declared="abc1234"),
+        claim("C below D, asked after the data", ("C", 1), ("D", 1), "lower", ("0",), declared="abc1234", after_data=True),
+    ]
+    found = claims.perplexity_rows(results.keyed(rows), ["r.jsonl"])
+    table = verdicts(claims.render(found, declared))
+    p = {c.text: claims.compare(*[found.found[found.locate(cell, "0")[0]] for cell in (c.a, c.b)]).p for c in declared}
+    paired = table["A at 16L is above A at L (paired, within the spread)"]
+    assert paired[0] == "primary" and float(paired[1]) < 0.05 and paired[2] == "supported"
+    assert table["D below C"][2] == "refuted"  # the test in the other direction
+    b_c = table["C below B"]
+    assert p["C below B"] > 0.05 and b_c[2] == "not shown"  # the means 6 apart, the spreads 5 and 1: not shown
+    assert table["C below D, asked after the data"] == ("exploratory (post hoc)", "", "exploratory (no verdict)")
+    # Holm's family is the 3 primary lines: the exploratory one's p is not in it.
+    for c, q in zip(declared[:3], claims.holm([p[c.text] for c in declared[:3]])):
+        assert table[c.text][1] == f"{q:.2g}"
+    # A raw p below 0.05 that Holm lifts above it: not shown.
+    assert claims.verdict("lower", claims.Comparison(p=0.03, difference=-1.0), True, 0.06) == "not shown"
+    assert claims.verdict("lower", claims.Comparison(p=0.03, difference=-1.0), True, 0.03) == "supported"
+    assert claims.verdict("at most", claims.Comparison(p=0.01, difference=2.0), True, 0.02) == "refuted"
+    assert claims.verdict("at most", claims.Comparison(p=0.5, difference=0.0), True, 0.5) == "not shown"  # no margin
+
+
+def test_one_seeds_arms_pair_by_seed_and_independent_runs_do_not():
+    """Two models fine-tuned from each seed's prepared checkpoint (Model.start) are paired by seed;
+    a model trained from scratch beside them is not."""
+    experiment = Experiment("arms", (Model("CE", "alibi", start="converted"), Model("KD", "alibi", start="converted"),
+                                     Model("Scratch", "alibi")), multiples=(1,))
+    rows = [row(label, s, 64, v + s * 10, checkpoint=f"{label}-s{s}") for label, v in (("CE", 100.2), ("KD", 100.0), ("Scratch", 99))
+            for s in (1, 2, 3)]
+    rows[0]["perplexity"] += 0.05
+    found = claims.perplexity_rows(results.keyed(rows), ["r.jsonl"], lambda a, b: claims_paired(experiment, a, b))
+    text = claims.render(found, [claims.Claim("KD below CE", ("KD", 1), ("CE", 1), "lower", ("0",), declared="abc1234"),
+                                 claims.Claim("Scratch below KD", ("Scratch", 1), ("KD", 1), "lower", ("0",), declared="abc1234")])
+    kd, scratch = text.splitlines()[2:4]
+    assert "| paired t (one seed's arms), p = " in kd and kd.endswith("| supported |")  # 0.2 apart in every seed
+    assert "| Welch t, p = " in scratch and scratch.endswith("| not shown |")  # 1 apart, seeds 10 apart
+
+
+def claims_paired(experiment, a, b):
+    from fairseq_alibi_lab.experiments.base import paired_by_seed
+
+    return paired_by_seed(experiment, a, b)
+
+
+def test_an_experiment_refuses_a_claim_on_cells_it_does_not_score():
+    """scale2 is scored to 8L: a claim at 16L is refused when it is declared, not left "not scored"."""
+    alibi, fire = Model("ALiBi", "alibi", scalings=("ntk",)), Model("FIRE", "fire")
+    at_16l = claims.Claim("FIRE beats ALiBi at 16L", ("FIRE", 16), ("ALiBi", 16), "lower")
+    with pytest.raises(ValueError, match=r"names \('FIRE', 16\), a cell it does not score"):
+        register("test-refused", Experiment("x", (alibi, fire), multiples=(1, 2, 4, 8), claims=(at_16l,)))
+    assert "test-refused" not in EXPERIMENTS
+    scaled = claims.Claim("NTK", ("ALiBi + NTK", 8), ("ALiBi + YaRN", 8), "lower")
+    with pytest.raises(ValueError, match="ALiBi \\+ YaRN"):
+        register("test-refused", Experiment("x", (alibi, fire), multiples=(1, 8), claims=(scaled,)))
+    assert {c.a[1] for c in EXPERIMENTS["scale2"].claims} | {c.b[1] for c in EXPERIMENTS["scale2"].claims} <= {1, 2, 4, 8}
+
+
+def test_the_verdict_engine_names_no_experiment():
+    """claims.py is the engine (compare, tests, Holm, render, audit); every experiment's claims are
+    declared in its own file."""
+    with open(os.path.join(REPO, "fairseq_alibi_lab", "claims.py")) as f:
+        source = f.read()
+    named = [name for name in EXPERIMENTS if re.search(rf"[\"']{re.escape(name)}[\"']", source)]
+    assert not named, f"claims.py names {named}"
+    assert sum(len(e.claims) for e in EXPERIMENTS.values()) >= 150
+
+
+def test_every_committed_verdict_is_the_corrected_tests():
+    """Every committed claims.md: no "supported" or "refuted" whose Holm p is 0.05 or more (or missing),
+    no exploratory line with a verdict word, no line on a cell its experiment does not score."""
+    paths = glob.glob(os.path.join(REPO, "examples", "**", "claims.md"), recursive=True)
+    assert len(paths) >= 13
+    for path in paths:
+        with open(path) as f:
+            text = f.read()
+        assert "not scored" not in text, path
+        for name, (family, holm, verdict) in verdicts(text).items():
+            if verdict in ("supported", "refuted"):
+                assert family == "primary" and holm and float(holm) < 0.05, f"{path}: {name}"
+            if family != "primary":
+                assert verdict.startswith(("exploratory", "no verdict")), f"{path}: {name}"
+
+
+def test_the_rows_name_their_experiment(tmp_path):
+    """--experiment defaults to the experiment the rows name; rows naming none ask for it in one line;
+    another run of a seed is not another seed."""
+    rows = [dict(row(label, s, lv, 100 + s), experiment="comparison") for label in ("FIRE", "ALiBi")
+            for s in (1, 2, 3) for lv in (64, 1024)]
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    named = subprocess.run([sys.executable, "scripts/claims.py", str(path)], cwd=REPO, capture_output=True, text=True)
+    assert named.returncode == 0 and "FIRE extrapolates better than ALiBi" in named.stdout, named.stderr
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "experiment"}) + "\n" for r in rows))
+    unnamed = subprocess.run([sys.executable, "scripts/claims.py", str(path)], cwd=REPO, capture_output=True, text=True)
+    assert unnamed.returncode != 0 and unnamed.stderr.strip().splitlines() == [
+        f"error: the rows name no experiment: give --experiment (one of {', '.join(sorted(n for n, e in EXPERIMENTS.items() if e.claims))})"]
+    again = rows + [dict(row("ALiBi", 1, 1024, 99, checkpoint="ALiBi-again-s1"), experiment="comparison")]
+    path.write_text("".join(json.dumps(r) + "\n" for r in again))
+    answer = subprocess.run([sys.executable, "scripts/claims.py", str(path)], cwd=REPO, capture_output=True, text=True)
+    assert answer.returncode != 0 and answer.stderr.strip().splitlines() == [
+        "error: the rows hold two runs of ALiBi, seed 1 (ALiBi-s1 and ALiBi-again-s1): a verdict counts one run per seed; "
+        "give the rows of one run"], answer.stderr
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    answer = subprocess.run([sys.executable, "scripts/claims.py", str(path), "--compare", "ALiBi", "FIRE@16"],
+                            cwd=REPO, capture_output=True, text=True)
+    assert answer.returncode != 0 and "--compare takes cells as LABEL@K" in answer.stderr
+
+
+def test_claims_on_exact_match_rows():
+    """The synthetic tasks' claims: cells (label, task, sizes) of exact match in percent from
+    exact_match.py's rows, Welch's test; two runs of one seed refused."""
+    from fairseq_alibi_lab.experiments import synthetic
+
+    def accuracy(label, seed, value, n_low=21, n_high=40, run=""):
+        return {"label": label, "task": "copy", "n_low": n_low, "n_high": n_high, "accuracy": value, "seed": seed,
+                "checkpoint": f"{label}{run}-s{seed}"}
+
+    rows = [accuracy("A", s, a) for s, a in ((1, 0.40), (2, 0.42), (3, 0.44))]
+    rows += [accuracy("B", s, a) for s, a in ((1, 0.02), (2, 0.00), (3, 0.04))] + [accuracy("B", 1, 0.99, 1, 20)]
+    found, seeds_of = synthetic.accuracy_cells(rows)
+    cells = claims.Cells(found, lambda cell, scoring: (cell, f"{cell[0]}, {cell[1]} {cell[2]}"), (), seeds_of)
+    text = claims.render(cells, [claims.Claim("A beats B", ("A", "copy", "21-40"), ("B", "copy", "21-40"), "higher",
+                                              (synthetic.EXACT_MATCH,), declared="abc1234")])
+    line = text.splitlines()[2]
+    assert "| exact match (%) | A, copy 21-40: 42.00 ± 2.00 (n=3) | B, copy 21-40: 2.00 ± 2.00 (n=3) |" in line
+    assert line.endswith("| separated | Welch t, p = 1.6e-05 | 1.6e-05 | supported |"), line
+    with pytest.raises(SystemExit, match="two runs of A, seed 1"):
+        synthetic.accuracy_cells(rows + [accuracy("A", 1, 0.5, run="-again")])
