@@ -30,7 +30,7 @@ FIRST_PAST_L, FIRST_PAST_FIELD = "first key word" + PAST_L, "first key word" + P
 # zero (its rows of seed 1, commit 64e39cd); the needles past the field (retrieval.FIELD) once every
 # length had been scored (issue 91: "past the field" had been read three ways).
 FIRST_WORD = (("first key word", "0171b47", True),)
-FIELD_DECLARED = ((FIRST_PAST_FIELD, "", True),)
+FIELD_DECLARED = ((FIRST_PAST_FIELD, "b3392bf", True),)
 FLOOR_LABEL = "Floor"  # a cell of the floor of the prompts (retrieval.floor_cells): one value, no seeds
 
 

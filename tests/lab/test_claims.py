@@ -204,3 +204,27 @@ def test_claims_on_exact_match_rows():
     assert line.endswith("| separated | Welch t, p = 1.6e-05 | 1.6e-05 | supported |"), line
     with pytest.raises(SystemExit, match="two runs of A, seed 1"):
         synthetic.accuracy_cells(rows + [accuracy("A", 1, 0.5, run="-again")])
+
+
+def test_the_prose_quotes_only_primary_verdicts_with_their_holm_p():
+    """README.md, docs/ and the results READMEs: a verdict word ("supported", "refuted") stands in a
+    paragraph or bullet that gives its Holm p, and the old rule's words ("not separated" as a verdict,
+    "no difference shown", "the test disagrees") are gone; each results README with a claims.md opens
+    with its verdicts within its first 40 lines, before any detail."""
+    paths = [os.path.join(REPO, "README.md"), *glob.glob(os.path.join(REPO, "docs", "*.md")),
+             *glob.glob(os.path.join(REPO, "examples", "**", "README.md"), recursive=True)]
+    unsupported = []
+    for path in paths:
+        with open(path) as f:
+            text = f.read()
+        for paragraph in re.split(r"\n\s*\n|\n- |\n  - ", text):
+            words = re.findall(r"(?<![\"\w])(supported|refuted)(?![\"\w])", paragraph)
+            if words and "Holm" not in paragraph:
+                unsupported.append(f"{os.path.relpath(path, REPO)}: {paragraph[:80]!r}")
+            for old in ("no difference shown", "the test disagrees"):
+                if old in paragraph:
+                    unsupported.append(f"{os.path.relpath(path, REPO)}: {old!r}")
+        if os.path.exists(os.path.join(os.path.dirname(path), "claims.md")):
+            head = "\n".join(text.splitlines()[:40])
+            assert re.search(r"\*\*(Primary verdicts?|No primary verdict)\*\*", head), f"{path}: no verdicts in its first 40 lines"
+    assert not unsupported, "; ".join(unsupported)
