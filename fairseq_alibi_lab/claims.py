@@ -7,8 +7,7 @@
 An experiment declares its claims with itself (Experiment.claims, in its own file under
 fairseq_alibi_lab/experiments/; --experiment defaults to the experiment its rows name). A cell is
 (label, K) at K x L of one scoring over the training seeds (one run, one checkpoint, per seed); the
-experiment's stages say what else a cell is (Stages.claim_cells: a retrieval task, a synthetic size
-bucket). Each line (a claim on one scoring) gets:
+experiment's stages say what else a cell is (Stages.claim_cells: a task, a size bucket). Each line (a claim on one scoring) gets:
 - the seeds' spread, a description: "separated" where the means differ by more than the two sample
   standard deviations together (or, against a floor, by more than the seeds' one); it decides nothing;
 - a two-sided test: a paired t test where both cells are the same checkpoints (one model at two
@@ -111,7 +110,7 @@ def compare(a, b, seeds_of=None, seeds=SEEDS):
     return Comparison(spread, test, p, mean_a - mean_b)
 
 
-# Its key in a cell: a floor from the prompts, a value with no seeds (fairseq_alibi_lab/retrieval.py writes it).
+# Its key in a cell: a floor from the task's own prompts, one value with no seeds.
 FLOOR = "(floor)"
 
 
@@ -224,7 +223,7 @@ def perplexity_cells(length):
 def perplexity_cell(label, k, task):
     """--compare's cell on perplexity rows: (label, K); a task is refused."""
     if task:
-        raise SystemExit("error: --task names the task of --compare's cells on retrieval rows; these rows are perplexities")
+        raise SystemExit("error: --task names the task of --compare's cells, and these rows are perplexities of no task")
     return label, k
 
 
@@ -440,7 +439,7 @@ def cell_name(text):
 def asked(found, args, error):
     """The one claim --compare asks: a comparison not declared before the results (exploratory)."""
     if found.compare_cell is None:
-        error("--compare takes perplexity or retrieval cells; this experiment's comparisons are its declared ones")
+        error("--compare is not offered on these rows: this experiment's comparisons are its declared ones")
     (a, k_a), (b, k_b) = map(cell_name, args.compare)
     cell_a, cell_b = found.compare_cell(a, k_a, args.task), found.compare_cell(b, k_b, args.task)
     labels = sorted({str(key[1]) for key in found.found})  # every cell key: (scoring, label, ...)
@@ -449,7 +448,7 @@ def asked(found, args, error):
             error(f"no rows of {label!r} at {cell[-1]}L in {', '.join(args.results)}; its labels: {', '.join(labels)}")
     relation = (args.relation or ("higher" if found.higher_is_better else "lower")).replace("-", " ")
     if relation == "higher" and not found.higher_is_better:
-        error("--relation higher compares accuracies (the retrieval experiment's); a perplexity is better lower")
+        error("--relation higher compares accuracies; a perplexity is better lower")
     where = f" ({args.task})" if args.task else ""
     return [Claim(f"{a} at {k_a}L {RELATION_WORDS[relation]} {b} at {k_b}L{where}", cell_a, cell_b, relation,
                   found.scorings)]
@@ -468,8 +467,8 @@ def main():
                    help="the numbers and test of these two cells (each scoring) instead of the declared claims")
     p.add_argument("--relation", choices=("lower", "at-most", "higher"),
                    help="with --compare: A's perplexity below B's (default), or A's not above B's; "
-                        "A's accuracy above B's (retrieval's, the default there)")
-    p.add_argument("--task", help="with --compare on the retrieval rows: the task the cells are on")
+                        "A's accuracy above B's (the default on accuracy rows)")
+    p.add_argument("--task", help="with --compare on rows of several tasks: the task the cells are on")
     p.add_argument("--audit", action="store_true",
                    help="instead of the table: each claim's declaring commit against the first row of its cells, "
                         "from git history (post hoc where the claim came after), and whether its declaration says the same")
@@ -478,7 +477,7 @@ def main():
     experiment = EXPERIMENTS[name]
     found = (experiment.stages.claim_cells or read_perplexities)(list(args.results), experiment)
     if args.task and not args.compare:
-        p.error("--task names the task of --compare's cells on the retrieval rows (--experiment retrieval)")
+        p.error("--task names the task of --compare's cells: give it with --compare")
     claims = asked(found, args, p.error) if args.compare else experiment.claims
     problem = rows_problem(found.read, name)
     if problem:
