@@ -363,7 +363,8 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
     (tmp_path / "results.jsonl").write_text("")
     command = [sys.executable, "scripts/claims.py", str(tmp_path / "results.jsonl"), "--experiment", "retrieval"]
     missing = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    assert missing.returncode == 2 and "the retrieval experiment writes it" in missing.stderr.strip().splitlines()[-1]
+    assert missing.returncode != 0 and len(missing.stderr.strip().splitlines()) == 1 and \
+        "the retrieval experiment writes it" in missing.stderr
     (tmp_path / "retrieval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     no_floors = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     assert no_floors.returncode == 1 and "no floors at" in no_floors.stderr.strip().splitlines()[-1]
@@ -389,7 +390,7 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
                            (["--compare", "Alibi@4", "ALiBi@4", "--task", "passkey"], "no rows of 'Alibi' at 4L"),
                            (["--task", "passkey"], "--task names the task of --compare's cells")):
         refused = subprocess.run(command + flags, cwd=REPO, capture_output=True, text=True)
-        assert refused.returncode == 2 and message in refused.stderr.strip().splitlines()[-1], refused.stderr
+        assert refused.returncode != 0 and message in refused.stderr.strip().splitlines()[-1], refused.stderr
 
 
 def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accuracy(tmp_path):
@@ -628,9 +629,10 @@ def test_the_claims_audit_dates_a_cell_by_its_retired_rows_at_its_length_too(tmp
     """A checkpoint trained again (its rows retired) keeps its cells' history: a claim declared after a
     retired row of its cell's path and length was seen is post hoc; retired rows at other lengths of
     that path do not date the cell (a claim at 32L declared before any row there is not post hoc)."""
-    from fairseq_alibi_lab.claims import Claim, audit, retrieval_locate
+    from fairseq_alibi_lab.claims import Cells, Claim, audit
+    from fairseq_alibi_lab.experiments.needles import located
 
-    P = "first key word, needles past L"  # a scoring declared with the experiment (not in SCORINGS_DECLARED)
+    P = "first key word, needles past L"  # a scoring declared with the experiment (no scorings_declared)
 
     dates = {"old": "2026-01-01", "claim": "2026-01-02", "new": "2026-01-03"}
     ckpt = "c/s1.pt"
@@ -643,25 +645,27 @@ def test_the_claims_audit_dates_a_cell_by_its_retired_rows_at_its_length_too(tmp
                     after_data=True),
               Claim("at 32L", ("ALiBi", "passkey", 32), ("Floor", "passkey", 32), "at most", (P,), declared="claim"))
     rows, retired = [str(tmp_path / "retrieval.jsonl")], [str(tmp_path / "retired.jsonl")]
-    report, wrong = audit(found, retrieval_locate(64), claims, rows, date=dates.get, retired=retired)
+    found = Cells(found, located(64), tuple(rows))
+    report, wrong = audit(found, claims, rows, date=dates.get, retired=retired)
     assert wrong == 0, report
     assert "| at 16L | claim | 2026-01-02 | old | 2026-01-01 | yes | the same |" in report
     assert "| at 32L | claim | 2026-01-02 | new | 2026-01-03 | no | the same |" in report
-    _, wrong = audit(found, retrieval_locate(64), claims, rows, date=dates.get)  # without them the 16L cell looks new
+    _, wrong = audit(found, claims, rows, date=dates.get)  # without them the 16L cell looks new
     assert wrong == 1
 
 
 def test_the_claims_audit_refuses_in_one_line_without_the_history_that_dates_its_commits(tmp_path):
     """A shallow clone or a copy without .git once audited every claim 'the same', 'post hoc: no'."""
-    from fairseq_alibi_lab.claims import Claim, audit, retrieval_locate
+    from fairseq_alibi_lab.claims import Cells, Claim, audit
+    from fairseq_alibi_lab.experiments.needles import located
 
     P = "first key word, needles past L"
     (tmp_path / "retrieval.jsonl").write_text(json.dumps({"checkpoint": "c/s1.pt", "commit": "abc1234", "length": 1024}) + "\n")
-    found = {(P, "ALiBi", "passkey", 1024): {"c/s1.pt": 40.0}}
+    found = Cells({(P, "ALiBi", "passkey", 1024): {"c/s1.pt": 40.0}}, located(64), ())
     claims = (Claim("at 16L", ("ALiBi", "passkey", 16), ("ALiBi", "passkey", 16), "higher", (P,), declared="def5678"),)
     for dates in ({"def5678": "2026-01-02"}, {"abc1234": "2026-01-01"}):  # a row's commit, then the claim's, unknown
         with pytest.raises(SystemExit, match=r"^error: --audit needs the git history that holds commit \w+ .*full clone"):
-            audit(found, retrieval_locate(64), claims, [str(tmp_path / "retrieval.jsonl")], date=dates.get)
+            audit(found, claims, [str(tmp_path / "retrieval.jsonl")], date=dates.get)
 
 
 @pytest.mark.parametrize("edit, message", [
