@@ -16,8 +16,9 @@ allocated on GPU) is its own. Modes, all the same dimensions and the same token 
   rotary, t5   the paper's other baselines from this plugin (T5 bias: dense mask in training,
                blocked kernel in long evaluation, as ALiBi)
   nope, kerple, sandwich, fire, learned_alibi, fox, ...
-               every other registered method (KERPLE: its log variant; dense mask everywhere but NoPE;
-               learned slopes: the dense mask in training, the blocked kernel in long evaluation)
+               every other registered method (KERPLE: its log variant), --attention-kernel auto
+  MODE@KERNEL  a plugin mode with that --attention-kernel (a kernel, or a rule of auto's: e.g.
+               learned_alibi@auto-no-separable, auto before the separable kernel joined it)
 Training: forward + backward + Adam step on batches of TOKENS tokens at length L; its speed is
 also measured "paired": all modes in one process, steps interleaved, median step-time ratio
 (the most precise ratio on a noisy machine; peak memory needs the separate processes).
@@ -54,9 +55,22 @@ VOCABS = {"small": 33276, "wiki103": 267735}  # WikiText-2's and WikiText-103's 
 TOKENS = 4096  # tokens per training batch (--max-tokens of the CPU recipe)
 
 
+def mode_name(text):
+    """--modes' type: a mode, or MODE@KERNEL for a plugin mode with that --attention-kernel."""
+    from fairseq_alibi.kernels import KERNEL_NAMES  # no fairseq import
+
+    mode, _, kernel = text.partition("@")
+    if mode not in MODES or (kernel and (mode in ("sinusoidal", "fork") or kernel not in KERNEL_NAMES)):
+        raise argparse.ArgumentTypeError(f"{text!r}: a mode of {', '.join(MODES)}, or a plugin mode @ one of "
+                                         f"{', '.join(KERNEL_NAMES)}")
+    return text
+
+
 def build(mode, arch, device, dtype, vocab=None):
     from fairseq_alibi.twins import SMALL_TWIN_FLAGS
     from fairseq_alibi.models.build import build_model  # fairseq's import, the first time
+
+    mode, _, kernel = mode.partition("@")
 
     if mode == "sinusoidal":
         flags = SMALL_TWIN_FLAGS.split()[2:] if arch == "small" else []
@@ -67,6 +81,8 @@ def build(mode, arch, device, dtype, vocab=None):
         flags, name = [], f"alibi_transformer_lm_{arch}"
         if mode in ("alibi_dense", "fork"):
             flags = ["--attention-kernel", "sdpa"]
+    if kernel:
+        flags = [*flags, "--attention-kernel", kernel]
     torch.manual_seed(0)
     model, _ = build_model(name, vocab or VOCABS[arch], flags)
     if mode == "fork":
@@ -330,8 +346,8 @@ def main():
     p.add_argument("--job", help=argparse.SUPPRESS)
     p.add_argument("--smoke", action="store_true", help="smallest configuration, in this process, printed only (CI)")
     p.add_argument("--arch", default="small", choices=["small", "wiki103"])
-    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
-                   help="sinusoidal (the baseline) is always measured")
+    p.add_argument("--modes", nargs="+", default=list(MODES), type=mode_name,
+                   help="sinusoidal (the baseline) is always measured; MODE@KERNEL: a plugin mode on that kernel")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--lengths", type=int, nargs="*", default=[128, 512, 1024], help="training lengths L (none: skip)")

@@ -83,7 +83,8 @@ def trained(checkpoint, user_overrides):
     method = name.split("_transformer_lm")[0]
     seed = (cfg.get("common") or {}).get("seed")
     positions_end = checkpoints.learned_positions_end(state)  # a GPT-2 imported: no row past its table
-    kernel, _ = chosen_kernel(types.SimpleNamespace(**model))
+    # the plugin's kernel (or auto's rule); a stock fairseq model has none
+    kernel = chosen_kernel(types.SimpleNamespace(**model))[0] if {"attention_kernel", "alibi_attention"} & set(model) else None
     return (name, int(cfg["task"]["tokens_per_sample"]), f"{method}_scaling" in model,
             history[-1].get("num_updates", -1), seed, overrides, positions_end, kernel)
 
@@ -210,7 +211,7 @@ def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
                 not in done[s.out]]
         if jobs:
             planned.append((jobs, s.checkpoint, s.out, s.label, name, train_length, updates, seed, user, s.show,
-                            dict(identity, model_overrides=overrides)))
+                            dict(identity, model_overrides=overrides, attention_kernel=kernel)))
     for out in done:  # every checkpoint checked: now the files
         result_rows.require_appendable(out)
     if planned:
@@ -341,6 +342,8 @@ def evaluate(planned, data, split, extra, fields):
                   f"{'' if scaling == 'none' else ', ' + scaling} ({number}/{count}, {duration(spent)} so far{left})",
                   file=sys.stderr, flush=True)
             done_work += work(l_valid, context)
+            # The row records the kernel (or auto's rule) it was scored with: the checkpoint's, or an override's.
+            kernel = {**overrides, **user_overrides}.get("attention_kernel", identity["attention_kernel"])
             overrides = str({**overrides, **user_overrides})
             log.seek(0)
             log.truncate()
@@ -376,7 +379,7 @@ def evaluate(planned, data, split, extra, fields):
                 "updates": updates, "split": split, "l_valid": l_valid, "stride": stride,
                 "stride_rule": stride_rule, "scaling": scaling, "scaling_factor": factor if scaling != "none" else None,
                 "loss_base2": loss, "perplexity": perplexity, "tokens": tokens, "seconds": round(seconds, 2),
-                "tokens_per_s": tokens / seconds, "seed": seed, **recorded, **identity, **fields,
+                "tokens_per_s": tokens / seconds, "seed": seed, **recorded, **identity, "attention_kernel": kernel, **fields,
             })
             append_lines(out, [row])
             if show:

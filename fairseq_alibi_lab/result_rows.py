@@ -9,7 +9,7 @@ import os
 # What a scorer writes into a result row itself (what it measured, of what, where): fields a caller
 # adds (row_fields) may not replace them.
 MEASURED_FIELDS = frozenset((
-    "accuracy", "cache", "changed", "checkpoint", "checkpoint_sha256", "chunk", "commit", "correct", "data_sha256",
+    "accuracy", "attention_kernel", "cache", "changed", "checkpoint", "checkpoint_sha256", "chunk", "commit", "correct", "data_sha256",
     "depth", "eval_flags", "first_accuracy", "first_correct", "keys_held", "l_valid", "label", "length", "loss",
     "loss_base2", "machine", "mask_prob", "mask_seed", "masked_tokens", "max_distance", "min_distance", "mixture_sha256",
     "model", "model_overrides", "n", "perplexity", "perplexity_blocks", "perplexity_by_position", "perplexity_stride_1",

@@ -24,6 +24,11 @@ from torch import Tensor
 
 from fairseq_alibi.checks import warn_once
 
+# auto's rules, by name: the kernels each may not pick. "auto" is the current rule; a rule an earlier
+# version of auto followed keeps its name, so that an experiment trained under it can pin it and
+# train again digit for digit (auto-no-separable: auto before the separable kernel joined it).
+AUTO_RULES = {"auto": (), "auto-no-separable": ("separable",)}
+
 # The longest input that auto leaves to the dense mask on CPU: up to 512 tokens it is faster there
 # (benchmarks/attention-cpu.md: evaluation 1.6 against 2.4 ms at 512, 6.6 against 5.3 ms at 1024;
 # training 50 against 54 ms at 512, 96 against 76 ms at 1024).
@@ -58,8 +63,8 @@ KERNELS: Dict[str, Kernel] = {}
 
 
 def register(kernel: Kernel) -> Kernel:
-    if kernel.name in KERNELS or kernel.name == "auto":
-        raise ValueError(f"attention kernel {kernel.name!r} registered twice (or named auto)")
+    if kernel.name in KERNELS or kernel.name in AUTO_RULES:
+        raise ValueError(f"attention kernel {kernel.name!r} registered twice (or named as an auto rule)")
     KERNELS[kernel.name] = kernel
     return kernel
 
@@ -86,15 +91,17 @@ def unusable(name: str, positions, x: Tensor, dropout: bool, documents: bool = F
 
 def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding: bool, dropout: bool,
                   documents: bool = False) -> str:
-    """The kernel for this input. Padding to fold in needs the dense mask (sdpa). auto: the first
-    kernel (by auto_priority) that wants the input and can run it, else sdpa. A kernel asked for
+    """The kernel for this input. Padding to fold in needs the dense mask (sdpa). auto (or another
+    rule of AUTO_RULES): the first kernel (by auto_priority) the rule allows that wants the input and
+    can run it, else sdpa. A kernel asked for
     by name that cannot run this input leaves it to sdpa, which computes the same (every kernel that
     does not, refuses), with one warning: never an error from inside forward (what can never work
     is refused at build)."""
     if requested == "sdpa" or padding:
         return "sdpa"
-    if requested == "auto":
-        ranked = sorted((k for k in KERNELS.values() if k.auto_priority is not None), key=lambda k: k.auto_priority)
+    if requested in AUTO_RULES:
+        ranked = sorted((k for k in KERNELS.values() if k.auto_priority is not None and k.name not in AUTO_RULES[requested]),
+                        key=lambda k: k.auto_priority)
         for kernel in ranked:
             if kernel.auto_wants(positions, x, query_len) and unusable(kernel.name, positions, x, dropout, documents) is None:
                 return kernel.name

@@ -35,7 +35,15 @@ PAD_TO = 8  # the GPU flash backend's head dimensions are multiples of 8
 
 class Separable(Kernel):
     name = "separable"
-    auto_priority = None  # asked for by name (benchmarks/separable-cpu.md: where it would pay)
+    # auto takes it where the committed measurement says it is the fastest (benchmarks/separable-cpu.md,
+    # benchmarks/auto-separable-cpu.md): training on CPU a bias with parameters of its own (learned
+    # slopes) or from the data (FoX's gates), which the dense mask builds and differentiates as heads x
+    # T x S and the blocked kernel cannot train. Fixed-slope ALiBi is faster on the dense mask or
+    # blocked there; on a GPU it has not been measured against the fused kernels.
+    auto_priority = 3
+
+    def auto_wants(self, positions, x, query_len):
+        return x.device.type == "cpu" and torch.is_grad_enabled() and bias_trains(positions)
 
     def takes(self, positions, documents=False):
         if positions.kernels is not None:  # a data-dependent bias: its method names this kernel (FoX) or not
@@ -54,6 +62,14 @@ class Separable(Kernel):
     def prepare(self, positions, dtype, documents=None, query_len=0):
         slopes = positions.linear_slopes if positions.has_bias else None
         return SeparableAttend(slopes, documents)
+
+
+def bias_trains(positions) -> bool:
+    """Whether the method's bias gets gradients in training: slopes of its own, or a bias from the data
+    that this kernel takes as per-key terms (positions.kernels naming it: FoX's gates)."""
+    if positions.kernels is not None:
+        return "separable" in positions.kernels
+    return positions.has_bias and any(p.requires_grad for p in positions.parameters())
 
 
 class SeparableAttend:

@@ -258,7 +258,9 @@ ATTENTION_KERNEL_HELP = (
     "fp16/bf16, ALiBi or no bias), flex (FlexAttention, ALiBi or no bias), blocked (CPU, no T x S mask; "
     "ALiBi, T5 bias at evaluation, any bias with packed documents), separable (PyTorch's fused causal attention with "
     "the bias as extra query/key columns: ALiBi, learned slopes, FoX, with their gradients), auto (flash where it can run, else "
-    "blocked on CPU for inputs longer than 512 tokens, else sdpa); at evaluation set it with --model-overrides")
+    "on CPU separable to train learned slopes or FoX and blocked for inputs longer than 512 tokens, else sdpa), "
+    "auto-no-separable (auto before separable joined it: what the committed experiments trained with); at evaluation "
+    "set it with --model-overrides")
 
 
 def fairseq_config(method_class):

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 
 from fairseq_alibi.checks import ConfigError, config_check
 from fairseq_alibi.bidirectional import EncoderAlibi, build_variant
-from fairseq_alibi.kernels import KERNEL_NAMES, KERNELS, takes_bias
+from fairseq_alibi.kernels import AUTO_RULES, KERNEL_NAMES, KERNELS, takes_bias
 from fairseq_alibi.positions import METHODS, PositionMethod, build_method
 
 
@@ -32,13 +32,13 @@ def chosen_kernel(args) -> Tuple[str, str]:
     older --alibi-attention where --attention-kernel is left at auto."""
     kernel, flag = getattr(args, "attention_kernel", None) or "auto", "--attention-kernel"
     legacy = getattr(args, "alibi_attention", None)
-    if kernel == "auto" and legacy and legacy != "auto":
+    if kernel == "auto" and legacy and legacy not in AUTO_RULES:
         kernel, flag = legacy, "--alibi-attention"
     return kernel, flag
 
 
 # The kernels that take dynamic NTK's per-query slopes (the others take one slope per head).
-PER_QUERY_SLOPE_KERNELS = ("auto", "sdpa")
+PER_QUERY_SLOPE_KERNELS = (*AUTO_RULES, "sdpa")
 
 
 def check_kernel(kernel: str, positions: PositionMethod, flag: str):
@@ -47,11 +47,11 @@ def check_kernel(kernel: str, positions: PositionMethod, flag: str):
     why_not = None
     if kernel not in PER_QUERY_SLOPE_KERNELS and getattr(positions, "scaling", None) == "dynamic_ntk":
         why_not = "it takes one slope per head, not the per-query slopes of dynamic_ntk scaling"
-    if why_not is None and kernel != "auto":
+    if why_not is None and kernel not in AUTO_RULES:
         why_not = takes_bias(kernel, positions)
     if why_not:
         raise ConfigError(f"{flag} {kernel}: {why_not}; use auto or sdpa")
-    not_installed = KERNELS[kernel].installed() if kernel != "auto" else None
+    not_installed = KERNELS[kernel].installed() if kernel not in AUTO_RULES else None
     if not_installed:
         raise ConfigError(f"{flag} {kernel}: {not_installed}; or use auto")
 

@@ -95,6 +95,10 @@ class Experiment:
     claims: tuple = ()
 
 
+# What a model trained before the separable kernel joined auto pins (learned slopes, FoX: auto now trains
+# them on it on CPU), so that a rerun trains on the kernels its committed rows did, digit for digit.
+AUTO_BEFORE_SEPARABLE = ("--attention-kernel", "auto-no-separable")
+
 EXPERIMENTS = {}
 # The two ways a documents experiment scores each model (runner.DOCUMENT_SCORINGS: a row's label suffix).
 DOCUMENT_SCORINGS = ("scored apart", "scored packed")

@@ -3,7 +3,7 @@ the comparison at a second scale."""
 import dataclasses
 
 from fairseq_alibi_lab.claims import Claim
-from fairseq_alibi_lab.experiments.base import Experiment, Model, perplexity_cells, register
+from fairseq_alibi_lab.experiments.base import AUTO_BEFORE_SEPARABLE, Experiment, Model, perplexity_cells, register
 from fairseq_alibi_lab.prepare import SEPARATOR  # what prepare --documents writes between articles
 
 SINUSOIDAL = Model("Sinusoidal", "sinusoidal")
@@ -79,8 +79,8 @@ register("comparison", Experiment(
      # FIRE's interpolation threshold starts at the training length (the module's default, 512,
      # would leave it unused below 512 tokens).
      Model("FIRE", "fire", ("--fire-init-threshold", "64")),
-     Model("ALiBi, learned slopes", "learned_alibi"),
-     Model("FoX (forget gate)", "fox")),
+     Model("ALiBi, learned slopes", "learned_alibi", AUTO_BEFORE_SEPARABLE),
+     Model("FoX (forget gate)", "fox", AUTO_BEFORE_SEPARABLE)),
     claims=COMPARISON))
 
 # Training with documents apart against packed, each scored its own way.

@@ -4,7 +4,8 @@ import functools
 import os
 
 from fairseq_alibi_lab import claims, learned_slopes, retrieval
-from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, labels, paired_by_seed, register
+from fairseq_alibi_lab.experiments.base import (AUTO_BEFORE_SEPARABLE, Experiment, Model, Stages, labels, paired_by_seed,
+                                                register)
 from fairseq_alibi_lab.experiments.causal import SINUSOIDAL
 
 # Retrieval past L (fairseq_alibi_lab/retrieval.py): the comparison's causal methods trained from
@@ -166,8 +167,8 @@ register("retrieval", Experiment(
      # The ALiBi family completed (issue 63): learned slopes and FoX's data-dependent ALiBi, as the comparison's;
      # then KERPLE's power kernel and Sandwich, so that every registered causal method is asked. Their 4L
      # level is not known before they are scored, so they go to 128L as the other relative biases do.
-     Model("ALiBi, learned slopes", "learned_alibi", multiples=PAST_FIELD),
-     Model("FoX (forget gate)", "fox", multiples=PAST_FIELD),
+     Model("ALiBi, learned slopes", "learned_alibi", AUTO_BEFORE_SEPARABLE, multiples=PAST_FIELD),
+     Model("FoX (forget gate)", "fox", AUTO_BEFORE_SEPARABLE, multiples=PAST_FIELD),
      Model("KERPLE power", "kerple", ("--kerple-variant", "power"), multiples=PAST_FIELD),
      Model("Sandwich", "sandwich", multiples=PAST_FIELD)),
     # No validation while training: every 100 updates it took about a quarter of a training's wall time,

@@ -192,15 +192,39 @@ def test_the_kernel_takes_per_key_biases_only_and_says_why_in_one_line():
     assert "\n" not in str(err.value.code)
 
 
-def test_it_runs_where_it_is_asked_and_auto_never_picks_it():
-    """A kernel by name; auto's choices are unchanged by its arrival (benchmarks/separable-cpu.md
-    says where it is faster; the committed experiments were trained and scored without it)."""
-    m, _ = build_model("learned_alibi_transformer_lm", vocab=VOCAB, extra=[*TINY, "--attention-kernel", "separable"])
+def test_auto_trains_a_bias_with_gradients_on_it_on_cpu_and_its_earlier_rule_never():
+    """auto's rule (benchmarks/separable-cpu.md, auto-separable-cpu.md): on CPU it trains learned slopes
+    and FoX on the separable kernel, at every length (the dense mask differentiates heads x T x S; the
+    blocked kernel gives the slopes no gradient); evaluation, fixed-slope ALiBi and the methods it
+    cannot add stay where they were. auto-no-separable, the rule before it (what the committed
+    experiments trained with), never picks it; a kernel named as a rule is refused."""
     x = torch.zeros(1, 1, 32)
-    assert choose_kernel("separable", m.decoder.positions, x, 64, False, True) == "separable"  # dropout too
-    assert KERNELS["separable"].auto_priority is None
-    assert choose_kernel("auto", m.decoder.positions, x, 64, False, False) == "sdpa"
-    assert choose_kernel("separable", m.decoder.positions, x, 64, True, False) == "sdpa"  # padding: the dense mask
+    learned = build_model("learned_alibi_transformer_lm", vocab=VOCAB, extra=TINY)[0].decoder.positions
+    fox = build_model("fox_transformer_lm", vocab=VOCAB, extra=TINY)[0].decoder.positions
+    alibi = build_model("alibi_transformer_lm", vocab=VOCAB, extra=TINY)[0].decoder.positions
+    kerple = build_model("kerple_transformer_lm", vocab=VOCAB, extra=TINY)[0].decoder.positions
+    for length in (64, 1024):
+        with torch.enable_grad():
+            assert choose_kernel("auto", learned, x, length, False, True) == "separable"  # dropout too
+            assert choose_kernel("auto", fox, x, length, False, False) == "separable"
+            assert choose_kernel("auto-no-separable", learned, x, length, False, False) == "sdpa"
+            assert choose_kernel("auto-no-separable", fox, x, length, False, False) == "sdpa"
+            assert choose_kernel("auto", kerple, x, length, False, False) == "sdpa"  # not a per-key term
+            assert choose_kernel("auto", alibi, x, length, False, False) == ("sdpa" if length <= 512 else "blocked")
+        with torch.no_grad():
+            for rule in ("auto", "auto-no-separable"):
+                assert choose_kernel(rule, learned, x, length, False, False) == ("sdpa" if length <= 512 else "blocked")
+                assert choose_kernel(rule, fox, x, length, False, False) == "sdpa"
+    with torch.enable_grad():
+        assert choose_kernel("auto", learned, x, 64, True, False) == "sdpa"  # padding: the dense mask
+        assert choose_kernel("separable", learned, x, 64, True, False) == "sdpa"
+    from fairseq_alibi.kernels import KERNEL_NAMES, Kernel, register
+
+    assert KERNEL_NAMES[:2] == ("auto", "auto-no-separable")
+    impostor = Kernel()
+    impostor.name = "auto-no-separable"
+    with pytest.raises(ValueError, match="named as an auto rule"):
+        register(impostor)
 
 
 def test_query_entry_is_a_power_of_two_at_least_sqrt_d():
