@@ -159,6 +159,7 @@ def test_every_committed_verdict_is_the_corrected_tests():
                 assert verdict.startswith(("exploratory", "no verdict")), f"{path}: {name}"
 
 
+@pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 def test_the_rows_name_their_experiment(tmp_path):
     """--experiment defaults to the experiment the rows name; rows naming none ask for it in one line;
     another run of a seed is not another seed."""
