@@ -12,8 +12,9 @@ pytestmark = pytest.mark.slow
 
 def test_benchmark_smoke_measures_each_kind_of_mode_against_the_baseline():
     """Each way bench.py builds a model: stock, ALiBi by kernel, the fork's mask, the plugin's
-    other methods by name (T5 with its blocked evaluation, KERPLE a method added since)."""
-    modes = ["sinusoidal", "alibi", "alibi_dense", "fork", "t5", "kerple"]
+    other methods by name (T5 with its blocked evaluation, KERPLE a method added since), a mode on a
+    kernel or auto's rule named (MODE@KERNEL)."""
+    modes = ["sinusoidal", "alibi", "alibi_dense", "fork", "t5", "kerple", "learned_alibi@auto-no-separable"]
     proc = subprocess.run([sys.executable, "benchmarks/bench.py", "--smoke", "--modes", *modes], cwd=REPO,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -29,6 +30,9 @@ def test_benchmark_smoke_measures_each_kind_of_mode_against_the_baseline():
         assert float(speed) > 0 and float(memory) > 0
         if mode == "sinusoidal":
             assert float(speed) == 1.0 and float(memory) == 1.0
+    refused = subprocess.run([sys.executable, "benchmarks/bench.py", "--smoke", "--modes", "sinusoidal@separable"], cwd=REPO,
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and "a plugin mode @ one of auto, auto-no-separable" in refused.stderr.splitlines()[-1]
 
 
 def test_fox_bias_benchmark_times_both_ways_on_equal_masks(tmp_path):
