@@ -14,11 +14,21 @@ first), so that their magnitude is at most half the span times the slope. In hal
 column cannot hold them (bf16 keeps 8 bits: 4,096 to the nearest 32), so they are split over
 SPLITS[dtype] columns, each exactly representable, summed back in the kernels' fp32 accumulator.
 
+Denormals (CPU): a term column spreads the logits, so that many softmax weights of a row fall in fp32's
+denormal range (exp of 87-103 below the row's maximum), where PyTorch's fused CPU backward runs up to
+4x slower (benchmarks/RESULTS.md: the same shapes with and without the spread). On CPU the kernel's
+attention runs, forward and backward, with the calling thread's denormals flushed to zero (flushed):
+a weight under 2^-126 (1.2e-38) becomes 0, which moves an output or a gradient by less than
+2^-126 x S x max|v|, far under fp32's rounding. Only the calling thread: PyTorch's other intra-op
+threads keep their own setting (a process that wants them flushed sets torch.set_flush_denormal(True)
+before its first parallel operation, whose threads inherit it).
+
 Packed documents: every document becomes a sequence of its own (batched by length, padded on the
 right: causal attention never reads a later key, so padding is never seen by a real query), its
 terms referenced to its first token. Queries bottom-right aligned with keys (a cache): T == 1
 attends to every key, 1 < T < S takes PyTorch's lower-right causal mask.
 """
+import contextlib
 import math
 from typing import List, Optional
 
@@ -148,15 +158,54 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor], d
     dim, query_len, key_len = q.size(-1), q.size(2), k.size(2)
     q, k, v, scale = with_terms(q, k, v, terms)
     if mask is not None:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+        kwargs = dict(attn_mask=mask)
     elif query_len == key_len or query_len == 1:
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=query_len > 1, scale=scale)
+        kwargs = dict(is_causal=query_len > 1)
     else:
         from torch.nn.attention.bias import causal_lower_right
 
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(query_len, key_len),
-                                             dropout_p=dropout_p, scale=scale)
+        kwargs = dict(attn_mask=causal_lower_right(query_len, key_len))
+    if terms is not None and q.device.type == "cpu" and torch.is_grad_enabled() and \
+            any(x.requires_grad for x in (q, k, v)):
+        out = FlushedAttention.apply(q, k, v, dropout_p, scale, kwargs)
+    elif terms is not None and q.device.type == "cpu":
+        with flushed():
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, **kwargs)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, **kwargs)
     return out[..., :dim]
+
+
+@contextlib.contextmanager
+def flushed():
+    """The calling thread's denormals flushed to zero, then not (PyTorch's default; it has no getter)."""
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+
+
+class FlushedAttention(torch.autograd.Function):
+    """PyTorch's SDPA, forward and backward, with the calling thread's denormals flushed (its own
+    backward, run under flushed: the graph kept from the forward)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, dropout_p, scale, kwargs):
+        inputs = tuple(x.detach().requires_grad_(x.requires_grad) for x in (q, k, v))
+        with torch.enable_grad(), flushed():
+            out = F.scaled_dot_product_attention(*inputs, dropout_p=dropout_p, scale=scale, **kwargs)
+        ctx.inputs, ctx.out = inputs, out
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        inputs, out = ctx.inputs, ctx.out
+        ctx.inputs = ctx.out = None
+        wanted = [x for x in inputs if x.requires_grad]
+        with flushed():
+            grads = iter(torch.autograd.grad(out, wanted, grad) if wanted else ())
+        return (*(next(grads) if x.requires_grad else None for x in inputs), None, None, None)
 
 
 def by_document(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor], within: Tensor, dropout_p: float) -> Tensor:

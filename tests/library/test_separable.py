@@ -2,6 +2,7 @@
 columns on PyTorch's fused causal attention, against the dense reference: the naive formula in
 fp64 for one call (8L and 128L), the same weights on the sdpa path for whole models (logits and
 every gradient, the slopes' and the gates' included), packed documents, a cache, half precision."""
+import contextlib
 import math
 
 import pytest
@@ -231,3 +232,34 @@ def test_query_entry_is_a_power_of_two_at_least_sqrt_d():
     for dim in (4, 16, 24, 64, 72, 128):
         entry = 2.0 ** math.ceil(math.log2(dim) / 2)
         assert entry >= dim**0.5 and math.log2(entry).is_integer()
+
+
+def test_denormals_are_flushed_inside_the_kernel_only_and_change_nothing_fp32_keeps(monkeypatch):
+    """A term column spreads the logits into fp32's denormal range, where PyTorch's fused CPU backward
+    slows (benchmarks/RESULTS.md); the kernel flushes the calling thread's denormals while it attends,
+    forward and backward, and leaves them unflushed after. Bound: a softmax weight under 2^-126 becomes
+    0, which moves an output or gradient by less than 2^-126 x S x max|v|: against the same kernel
+    without flushing, equal to 1e-30; against the dense path, within the kernel's own bound."""
+    from fairseq_alibi.kernels import separable
+
+    torch.manual_seed(0)
+    heads, length, dim = 4, 256, 16
+    slopes = torch.tensor([0.5, 0.7, 0.9, 1.1])  # 256 x 1.1: logits spread past exp's denormal range
+    q, k, v = (torch.randn(2, heads, length, dim).requires_grad_() for _ in range(3))
+    grad = torch.randn(2, heads, length, dim)
+
+    def run(attend):
+        for x in (q, k, v):
+            x.grad = None
+        out = attend()
+        out.backward(grad)
+        return [out.detach(), *(x.grad.clone() for x in (q, k, v))]
+
+    flushed = run(lambda: SeparableAttend(slopes).attend(q, k, v, 0.0))
+    assert (torch.tensor([1e-39]) * 1.0).item() != 0.0  # the thread's denormals are kept again after the kernel
+    expected = run(lambda: dense(q, k, v, slopes))
+    monkeypatch.setattr(separable, "flushed", contextlib.nullcontext)
+    unflushed = run(lambda: SeparableAttend(slopes).attend(q, k, v, 0.0))
+    for a, b, c in zip(flushed, unflushed, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-30)
+        torch.testing.assert_close(a, c, rtol=0, atol=tolerance(0, length, float(slopes.max())))
