@@ -19,8 +19,9 @@ def header(details, device="cpu"):
     roots = sorted({os.path.dirname(HERE) + os.sep, os.getcwd() + os.sep}, key=len, reverse=True)
     args = [next((a.replace(r, "", 1) for r in roots if a.startswith(r)), a) for a in sys.argv[1:]]
     command = f"python benchmarks/{os.path.basename(sys.argv[0])} {shlex.join(args)}".strip()  # to paste back
+    threads = f"{torch.get_num_threads()} intra-op thread{'s' * (torch.get_num_threads() != 1)}"
     return (f"Command: `{command}`; commit `{commit()}`; {time.strftime('%Y-%m-%d')}; {machine(device)}; "
-            f"torch {torch.__version__}; {details}")
+            f"torch {torch.__version__}; {threads}; {details}")
 
 
 def emit(text, out, rows=None):
