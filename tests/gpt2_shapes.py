@@ -1,7 +1,9 @@
 """GPT-2s shaped like trained ones for the import's tests (tests/library/test_import_gpt2.py and the
 end-to-end runs through the lab's scripts): every logit far below zero (their token rows share a
 direction that the final LayerNorm's bias points against), where a zero row's logit 0 would take
-almost all of a softmax's mass; tied and untied, byte-level BPE and word-level."""
+almost all of a softmax's mass; tied and untied, byte-level BPE and word-level. And save_gpt2, a
+plain random one with its BPE, for the round trips (tests/library/test_hf_roundtrip.py, the lab's
+disk-fault test)."""
 import os
 
 import torch
@@ -85,3 +87,24 @@ def fairseq_index(variant, gpt2):
 def hf_log_probs(gpt2, ids):
     with torch.no_grad():
         return gpt2(torch.tensor([ids])).logits[0].log_softmax(-1)
+
+
+def save_gpt2(folder, tie, seed=0, **config):
+    """A random GPT2LMHeadModel (2 layers, d 32) with a 300-token byte-level BPE, saved as
+    save_pretrained saves them."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["".join(wikitext_lines(400))], vocab_size=300, min_frequency=2, special_tokens=["<|endoftext|>"])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
+    torch.manual_seed(seed)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                                      eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+                                      tie_word_embeddings=tie, **config)).eval()
+    if not tie:  # an output layer of its own, far from the input embeddings
+        with torch.no_grad():
+            gpt2.lm_head.weight.normal_(0, 0.5)
+    gpt2.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return gpt2, tokenizer

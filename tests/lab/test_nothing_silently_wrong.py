@@ -191,7 +191,7 @@ def refusing_disks(tmp_path_factory):
 
 @pytest.mark.slow
 def test_every_writer_on_a_read_only_or_full_disk_says_so_in_one_line(refusing_disks, toy_checkpoint, wt2_slice, tmp_path):
-    from test_hf_roundtrip import save_gpt2
+    from gpt2_shapes import save_gpt2
 
     save_gpt2(tmp_path / "hf", tie=True)
     committed = os.path.join(REPO, "examples", "wikitext2", "results", "comparison", "results.jsonl")

@@ -10,35 +10,10 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, find_wikitext2, snapshot
+from conftest import REPO, snapshot
+from gpt2_shapes import save_gpt2, wikitext_lines
 
 pytest.importorskip("transformers")
-
-
-def text_lines(n):
-    with open(os.path.join(find_wikitext2(), "wiki.valid.tokens"), encoding="utf-8") as f:
-        return [next(f) for _ in range(n)]
-
-
-def save_gpt2(folder, tie, seed=0, **config):
-    """A random GPT2LMHeadModel (2 layers, d 32) with a 300-token byte-level BPE, saved as
-    save_pretrained saves them."""
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(["".join(text_lines(400))], vocab_size=300, min_frequency=2, special_tokens=["<|endoftext|>"])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
-    torch.manual_seed(seed)
-    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-                                      eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
-                                      tie_word_embeddings=tie, **config)).eval()
-    if not tie:  # an output layer of its own, far from the input embeddings
-        with torch.no_grad():
-            gpt2.lm_head.weight.normal_(0, 0.5)
-    gpt2.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return gpt2, tokenizer
 
 
 def refusal(main, *argv):
@@ -137,7 +112,7 @@ def test_a_bpe_gpt2_imported_given_alibi_and_exported_reads_text(tmp_path):
     export(str(tmp_path / "alibi" / "alibi.pt"), str(tmp_path / "out"))
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
     assert json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
-    text = "".join(text_lines(12)[1:12])
+    text = "".join(wikitext_lines(12)[1:12])
     hub = TransformerLanguageModel.from_pretrained(str(tmp_path / "imported"), "checkpoint.pt")  # its BPE
     expected = fairseq_ids(hub, text)
     assert tokenizer(text)["input_ids"] == expected[:-1]  # the text's last line break is its last </s>
@@ -182,7 +157,7 @@ def test_a_word_level_gpt2_exported_reads_text_as_fairseq_does(tmp_path):
     from fairseq_alibi.hf.import_gpt2 import import_gpt2
     from fairseq_alibi.hf.tokenizer import word_level_tokenizer
 
-    lines = text_lines(60)
+    lines = wikitext_lines(60)
     dictionary = Dictionary()
     for line in lines[:30]:
         for word in line.split():
