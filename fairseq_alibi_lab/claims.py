@@ -68,7 +68,8 @@ class Cells:
     locate: Callable  # locate(cell, scoring) -> (its key in found, its name in the table)
     read: tuple  # every file whose rows were read (--audit dates their commits)
     seeds: dict = dataclasses.field(default_factory=dict)  # checkpoint -> its training seed
-    paired: Callable = lambda label_a, label_b: False  # whether two labels are one seed's arms (paired by seed)
+    # whether two labels are one seed's arms (paired by seed): the experiment's (main sets it), else never
+    paired: Callable = lambda label_a, label_b: False
     higher_is_better: bool = False  # accuracies: --compare's default relation is "higher"
     # compare_cell(label, k, task) -> the cell --compare names; None: --compare is refused
     compare_cell: Optional[Callable] = None
@@ -227,20 +228,18 @@ def perplexity_cell(label, k, task):
     return label, k
 
 
-def perplexity_rows(rows, read, paired=lambda a, b: False):
+def perplexity_rows(rows, read):
     """Cells of perplexity rows (results.keyed's): what every causal LM and encoder experiment scores."""
     if not rows:
         raise SystemExit(f"error: no results in {', '.join(read)}")
     found, length, seeds = cells(rows)
     scored = tuple(sorted({key[0] for key in found}, key=lambda stride: stride != "0"))
-    return Cells(found, perplexity_cells(length), tuple(read), seeds, paired, compare_cell=perplexity_cell, scorings=scored)
+    return Cells(found, perplexity_cells(length), tuple(read), seeds, compare_cell=perplexity_cell, scorings=scored)
 
 
-def read_perplexities(paths, experiment):
+def read_perplexities(paths):
     """The default Stages.claim_cells: the perplexity rows of the results files."""
-    from fairseq_alibi_lab.experiments.base import paired_by_seed
-
-    return perplexity_rows(results.load(paths), paths, functools.partial(paired_by_seed, experiment))
+    return perplexity_rows(results.load(paths), paths)
 
 
 def scoring_name(claim, scoring):
@@ -475,7 +474,10 @@ def main():
     args = p.parse_args()
     name = args.experiment or named_experiment(args.results, judged)
     experiment = EXPERIMENTS[name]
-    found = (experiment.stages.claim_cells or read_perplexities)(list(args.results), experiment)
+    from fairseq_alibi_lab.experiments.base import paired_by_seed
+
+    found = dataclasses.replace((experiment.stages.claim_cells or read_perplexities)(list(args.results)),
+                                paired=functools.partial(paired_by_seed, experiment))
     if args.task and not args.compare:
         p.error("--task names the task of --compare's cells: give it with --compare")
     claims = asked(found, args, p.error) if args.compare else experiment.claims

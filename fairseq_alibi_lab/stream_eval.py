@@ -186,11 +186,10 @@ def stream_cells(path):
              r["cache"]): r["perplexity"] for r in read_rows(path)}
 
 
-def claim_cells(paths, experiment):
+def claim_cells(paths):
     """The streaming experiment's claims' cells: its perplexity rows, and beside each results file its
     streams (stream_cells), a cell of their own at L."""
     from fairseq_alibi_lab import claims, results
-    from fairseq_alibi_lab.experiments.base import paired_by_seed
 
     rows, read = results.load(paths), list(paths)
     for path in paths:
@@ -199,7 +198,7 @@ def claim_cells(paths, experiment):
             raise SystemExit(f"error: no {ROWS} beside {path}: the streaming experiment writes it (scripts/experiment.py streaming)")
         read.append(streamed)
         rows.update(stream_cells(streamed))
-    return claims.perplexity_rows(rows, read, lambda a, b: paired_by_seed(experiment, a, b))
+    return claims.perplexity_rows(rows, read)
 
 
 def cells(experiment):

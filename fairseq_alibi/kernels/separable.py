@@ -165,14 +165,13 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor], d
         from torch.nn.attention.bias import causal_lower_right
 
         kwargs = dict(attn_mask=causal_lower_right(query_len, key_len))
-    if terms is not None and q.device.type == "cpu" and torch.is_grad_enabled() and \
-            any(x.requires_grad for x in (q, k, v)):
+    if terms is None or q.device.type != "cpu":
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, **kwargs)
+    elif torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
         out = FlushedAttention.apply(q, k, v, dropout_p, scale, kwargs)
-    elif terms is not None and q.device.type == "cpu":
+    else:
         with flushed():
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, **kwargs)
-    else:
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, **kwargs)
     return out[..., :dim]
 
 

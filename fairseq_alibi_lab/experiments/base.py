@@ -64,7 +64,7 @@ class Stages:
     score: Optional[Callable] = None  # score(run, model, seed, checkpoint) -> True if it scored anything
     rows: tuple = ()  # the files under OUT that `score` appends to (merged from parallel parts by name)
     report: Optional[Callable] = None  # report(rows, out) -> a table of its own from the declared runs' rows
-    # Its rows as its claims' cells: claim_cells(results paths, experiment) -> claims.Cells (None: perplexity rows).
+    # Its rows as its claims' cells: claim_cells(results paths) -> claims.Cells (None: perplexity rows).
     claim_cells: Optional[Callable] = None
     # cells(experiment) -> every cell it scores, which its claims may name (None: perplexity_cells).
     cells: Optional[Callable] = None

@@ -1,11 +1,9 @@
 """Retrieval past the training length: passkey, multi-key needle and key-value prompts (the stages:
 fairseq_alibi_lab/retrieval.py)."""
-import functools
 import os
 
 from fairseq_alibi_lab import claims, learned_slopes, retrieval
-from fairseq_alibi_lab.experiments.base import (AUTO_BEFORE_SEPARABLE, Experiment, Model, Stages, labels, paired_by_seed,
-                                                register)
+from fairseq_alibi_lab.experiments.base import AUTO_BEFORE_SEPARABLE, Experiment, Model, Stages, labels, register
 from fairseq_alibi_lab.experiments.causal import SINUSOIDAL
 
 # Retrieval past L (fairseq_alibi_lab/retrieval.py): the comparison's causal methods trained from
@@ -69,15 +67,15 @@ def compare_cell(label, k, task):
     return label, task, k
 
 
-def cells_from(rows, floors, read, experiment):
+def cells_from(rows, floors, read):
     """claims.Cells of retrieval rows and their floors."""
     found, length, seeds = cells_of(rows, floors)
     scored = tuple(scoring for scoring in SCORINGS if any(key[0] == scoring for key in found))
-    return claims.Cells(found, located(length), tuple(read), seeds, functools.partial(paired_by_seed, experiment),
-                        higher_is_better=True, compare_cell=compare_cell, scorings=scored)
+    return claims.Cells(found, located(length), tuple(read), seeds, higher_is_better=True, compare_cell=compare_cell,
+                        scorings=scored)
 
 
-def claim_cells(paths, experiment):
+def claim_cells(paths):
     """Stages.claim_cells: the rows of retrieval.jsonl beside each results file, each folder's with the
     floors of its own prompts."""
     from fairseq_alibi_lab import results
@@ -91,7 +89,7 @@ def claim_cells(paths, experiment):
                                              "fairseq_alibi_lab/retrieval.py"))
         rows += these
         floors += retrieval.read_floors(os.path.dirname(path), these)
-    return cells_from(rows, floors, [*paths, *scored], experiment)
+    return cells_from(rows, floors, [*paths, *scored])
 
 
 def scored_cells(experiment):

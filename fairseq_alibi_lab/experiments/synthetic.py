@@ -20,7 +20,7 @@ def accuracy_cells(rows):
     return out, seeds
 
 
-def claim_cells(paths, experiment):
+def claim_cells(paths):
     """The synthetic tasks' claims' cells: (label, task, size bucket) of exact match (no --compare)."""
     from fairseq_alibi_lab import results
 

@@ -1,5 +1,7 @@
 """The verdict engine (fairseq_alibi_lab/claims.py): the tests written out, the primary family and
 Holm's adjustment deciding each verdict, pairing, and claims declared with the experiments they judge."""
+import dataclasses
+import functools
 import glob
 import json
 import os
@@ -14,6 +16,7 @@ from conftest import REPO
 
 from fairseq_alibi_lab import claims, results  # noqa: E402
 from fairseq_alibi_lab.experiments import EXPERIMENTS, Experiment, Model, register  # noqa: E402
+from fairseq_alibi_lab.experiments.base import paired_by_seed  # noqa: E402
 
 
 def seeds(*values, run="x"):
@@ -106,18 +109,13 @@ def test_one_seeds_arms_pair_by_seed_and_independent_runs_do_not():
     rows = [row(label, s, 64, v + s * 10, checkpoint=f"{label}-s{s}") for label, v in (("CE", 100.2), ("KD", 100.0), ("Scratch", 99))
             for s in (1, 2, 3)]
     rows[0]["perplexity"] += 0.05
-    found = claims.perplexity_rows(results.keyed(rows), ["r.jsonl"], lambda a, b: claims_paired(experiment, a, b))
+    found = dataclasses.replace(claims.perplexity_rows(results.keyed(rows), ["r.jsonl"]),
+                                paired=functools.partial(paired_by_seed, experiment))
     text = claims.render(found, [claims.Claim("KD below CE", ("KD", 1), ("CE", 1), "lower", ("0",), declared="abc1234"),
                                  claims.Claim("Scratch below KD", ("Scratch", 1), ("KD", 1), "lower", ("0",), declared="abc1234")])
     kd, scratch = text.splitlines()[2:4]
     assert "| paired t (one seed's arms), p = " in kd and kd.endswith("| supported |")  # 0.2 apart in every seed
     assert "| Welch t, p = " in scratch and scratch.endswith("| not shown |")  # 1 apart, seeds 10 apart
-
-
-def claims_paired(experiment, a, b):
-    from fairseq_alibi_lab.experiments.base import paired_by_seed
-
-    return paired_by_seed(experiment, a, b)
 
 
 def test_an_experiment_refuses_a_claim_on_cells_it_does_not_score():

@@ -348,7 +348,7 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
     assert found[("first key word", "ALiBi", "passkey", 256)] == pytest.approx({f"ALiBi-s{s}.pt": 100.0 for s in (1, 2, 3)})
     assert found[("first key word", "ALiBi", "passkey", 64)] == pytest.approx({f"ALiBi-s{s}.pt": 100.0 for s in (1, 2, 3)})
     experiment = EXPERIMENTS["retrieval"]
-    text = claims.render(needles.cells_from(rows, toy_floors(rows), (), experiment), experiment.claims)
+    text = claims.render(needles.cells_from(rows, toy_floors(rows), ()), experiment.claims)
     lines = {line.split(" | ")[0].lstrip("| ") + " / " + line.split(" | ")[3]: line for line in text.splitlines()[2:]
              if line.startswith("| ")}  # claim / scoring (the second and third columns: when declared, its family)
     fails = lines["ALiBi fails past L (passkey: L above 4L) / exact match (%)"]
