@@ -27,13 +27,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from provenance import append_row, emit, header  # noqa: E402
-from fairseq_alibi.models.attention import attention_bias  # noqa: E402
-from fairseq_alibi.kernels import KERNELS, choose_kernel  # noqa: E402
-from fairseq_alibi.kernels.sdpa import masked_attention  # noqa: E402
+from fairseq_alibi.models.attention import attention_bias, biased_attention  # noqa: E402
+from fairseq_alibi.kernels import AUTO_RULES, KERNELS, choose_kernel, takes_bias  # noqa: E402
 from fairseq_alibi.positions import METHODS  # noqa: E402
 from fairseq_alibi.positions.position_method import build_method  # noqa: E402
 
-BIASED = ("alibi", "learned_alibi", "kerple", "fire", "t5_bias", "sandwich")
+
+
+def biased(method):
+    """Whether a method's attention differs from the floor's: a bias, or a bias each layer makes from its
+    input (FoX); rotary and NoPE attend as the floor does."""
+    positions = build_method(method, METHODS[method].Config(), 2, 8, 16)
+    return positions.has_bias or positions.layer_bias() is not None
 
 
 def synchronize(device):
@@ -50,7 +55,7 @@ def timed(step, device):
 
 
 def measure_paired(steps, device, repeats):
-    """{name: (median seconds, peak bytes above the start, warm-up seconds)} of the steps ({name:
+    """{name: (seconds of each round, peak bytes above the start, warm-up seconds)} of the steps ({name:
     step}), timed in rounds of one call each, the order rotated every round. Peak memory (GPU only)
     comes from one extra call of each alone."""
     names = list(steps)
@@ -69,20 +74,29 @@ def measure_paired(steps, device, repeats):
             peaks[name] = torch.cuda.max_memory_allocated() - start_bytes
         else:
             peaks[name] = 0
-    return {name: (statistics.median(times[name]), peaks[name], warmup[name]) for name in names}
+    return {name: (times[name], peaks[name], warmup[name]) for name in names}
 
 
-def attention_step(positions, x, q, k, v, length, kernel, grad):
-    """One call: the bias built as the model builds it once per forward, then attention."""
+def speed(floor_rounds, rounds):
+    """The median over rounds of floor / this configuration (each round's pair measured together), and
+    half the interquartile range of those ratios (the noise)."""
+    ratios = sorted(f / t for f, t in zip(floor_rounds, rounds))
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return statistics.median(ratios), (quartiles[2] - quartiles[0]) / 2
+
+
+def attention_step(positions, layer_bias, x, q, k, v, length, kernel, grad):
+    """One call: the bias built as the model builds it once per forward, then the layer's attention
+    (models.attention.biased_attention: the kernel, the dense mask, or a layer's bias from its input x)."""
     def step():
         with torch.set_grad_enabled(grad):
             bias = attention_bias(positions, x, length, length, None, causal=True, kernel=kernel)
-            out = (bias.kernel.attend(q, k, v, 0.0) if bias.kernel is not None else
-                   masked_attention(q, k, v, bias.mask) if bias.mask is not None else
-                   torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+            out, _ = biased_attention(bias, layer_bias, x, q, k, v, None, None, 0.0)
             if grad:
                 out.sum().backward()
                 q.grad = k.grad = v.grad = None
+                if layer_bias is not None:
+                    layer_bias.zero_grad()
     return step
 
 
@@ -97,21 +111,24 @@ def main():
     p.add_argument("--tokens", type=int, default=8192, help="batch x length")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--methods", nargs="+", default=list(BIASED), choices=[m for m in METHODS if m != "fox"])
-    p.add_argument("--kernels", nargs="+", default=None, help="default: every kernel installed here")
+    p.add_argument("--methods", nargs="+", default=[m for m in METHODS if biased(m)], choices=list(METHODS))
+    p.add_argument("--kernels", nargs="+", default=None, choices=["auto", *KERNELS],
+                   help="default: auto and every kernel installed here")
+    p.add_argument("--modes", nargs="+", default=["eval", "train"], choices=["eval", "train"])
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--out", help="write the table with its provenance here (default: print only)")
     p.add_argument("--rows", help="append each row here as JSON the moment it is measured")
     args = p.parse_args()
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
-    kernels = args.kernels or [name for name, k in KERNELS.items()
-                               if k.installed() is None and (name != "blocked" or device.type == "cpu")]
+    kernels = args.kernels or ["auto", *(name for name, k in KERNELS.items()
+                                         if k.installed() is None and (name != "blocked" or device.type == "cpu"))]
     rows = []
     for length in args.lengths:
         batch = max(1, args.tokens // length)
         shape = (batch, args.heads, length, args.head_dim)
-        x = torch.zeros(1, 1, args.heads * args.head_dim, device=device, dtype=dtype)  # what choose_kernel reads
-        for mode in ("eval", "train"):
+        # The layer's input (length, batch, C): what choose_kernel reads, and a layer bias's gates.
+        x = torch.randn(length, batch, args.heads * args.head_dim, device=device, dtype=dtype)
+        for mode in args.modes:
             set_up = time.perf_counter()
             grad = mode == "train"
             q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=grad) for _ in range(3))
@@ -125,15 +142,19 @@ def main():
 
             steps["floor"] = floor
             described["floor"] = dict(method="(floor: no bias)", kernel="sdpa, is_causal", ran="sdpa")
+            steps["floor again"] = floor  # its ratio to the floor is the rounds' noise alone
+            described["floor again"] = dict(method="(the floor again: noise)", kernel="sdpa, is_causal", ran="sdpa")
             for method in args.methods:
                 positions = build_method(method, METHODS[method].Config(), args.heads, args.head_dim,
                                          args.heads * args.head_dim).to(device)
+                layer_bias = positions.layer_bias()
+                layer_bias = layer_bias.to(device) if layer_bias is not None else None
                 for kernel in kernels:
-                    if KERNELS[kernel].takes(positions) or (positions.kernels and kernel not in positions.kernels):
+                    if kernel not in AUTO_RULES and takes_bias(kernel, positions):
                         continue
                     with torch.set_grad_enabled(grad):
                         ran = choose_kernel(kernel, positions, x, length, False, False)
-                    steps[(method, kernel)] = attention_step(positions, x, q, k, v, length, kernel, grad)
+                    steps[(method, kernel)] = attention_step(positions, layer_bias, x, q, k, v, length, kernel, grad)
                     described[(method, kernel)] = dict(method=method, kernel=kernel, ran=ran)
             set_up = time.perf_counter() - set_up
             try:
@@ -141,32 +162,36 @@ def main():
             except Exception as error:  # measured and said, not hidden: the rows say why
                 measured = None
                 why = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
-            floor_time, floor_peak = measured["floor"][:2] if measured else (None, None)
+            floor_rounds, floor_peak = measured["floor"][:2] if measured else (None, None)
             for name, about in described.items():
                 row = dict(length=length, batch=batch, mode=mode, **about, set_up_s=round(set_up, 3))
                 if measured is None:
                     row["error"] = why
                 else:
-                    seconds, peak, warmup = measured[name]
-                    row.update(seconds=seconds, peak=peak, speed=floor_time / seconds,
+                    rounds, peak, warmup = measured[name]
+                    ratio, noise = speed(floor_rounds, rounds)
+                    row.update(seconds=statistics.median(rounds), peak=peak, speed=ratio, noise=noise,
                                memory=peak / floor_peak if floor_peak else None, warmup_s=round(warmup, 3),
-                               timed_s=round(seconds * args.repeats, 3))
+                               timed_s=round(sum(rounds), 3))
                 rows.append(row)
                 append_row(args.rows, row)
             print(f"[{time.perf_counter() - STARTED:.0f} s] L {length} {mode}: {len(described)} configurations "
                   f"(set-up {set_up:.1f} s)", file=sys.stderr, flush=True)
-    lines = ["| L | batch | mode | method | kernel | ran as | ms | speed vs floor | peak MiB | memory vs floor |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| L | batch | mode | method | kernel | ran as | ms | speed vs floor | ± (noise) | peak MiB | memory vs floor |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['length']} | {r['batch']} | {r['mode']} | {r['method']} | {r['kernel']} | {r['ran']} | "
-                         f"failed: {r['error']} | | | |")
+                         f"failed: {r['error']} | | | | |")
             continue
         memory = f"{r['memory']:.2f}" if r["memory"] else "-"
         lines.append(f"| {r['length']} | {r['batch']} | {r['mode']} | {r['method']} | {r['kernel']} | {r['ran']} | "
-                     f"{r['seconds'] * 1e3:.2f} | {r['speed']:.3f} | {r['peak'] / 2**20:.0f} | {memory} |")
-    details = (f"{args.dtype}, {args.heads} heads of {args.head_dim}, {args.tokens} tokens per call; paired: median of "
-               f"{args.repeats} rounds (one call of each configuration per round, the order rotated) after 2 warm-ups")
+                     f"{r['seconds'] * 1e3:.2f} | {r['speed']:.3f} | {r['noise']:.3f} | {r['peak'] / 2**20:.0f} | {memory} |")
+    details = (f"{args.dtype}, {args.heads} heads of {args.head_dim}, {args.tokens} tokens per call; paired: "
+               f"{args.repeats} rounds (one call of each configuration per round, the order rotated) after 2 warm-ups; "
+               "speed: the median over rounds of the floor's time / the configuration's in that round, ± half the "
+               "interquartile range of those ratios; '(the floor again)' is the floor timed as a configuration: "
+               "its distance from 1 is the noise alone; kernel 'auto' is what a model gets with no flag (ran as)")
     emit("\n".join([header(details, args.device), "", *lines, ""]), args.out, rows)
 
 

@@ -111,9 +111,9 @@ class Runner:
 
     def flags(self, model, seed):
         """model's flags, a "{name}" made and replaced by its prepared checkpoint; --finetune-from-model
-        its start."""
+        its start; before them, a plugin model's kernel rule where the experiment names one."""
         named = [self.stages.prepared(f[1:-1], self, seed, True) if re.fullmatch(r"\{\w+\}", f) else f for f in model.flags]
-        return named + (["--finetune-from-model", self.stages.prepared(model.start, self, seed, True)] if model.start else [])
+        return base.kernel_flags(self.experiment, model) + named + (["--finetune-from-model", self.stages.prepared(model.start, self, seed, True)] if model.start else [])
 
     def take_shared(self):
         """The committed rows of the shared models' runs, relabelled, into OUT (those it lacks); one

@@ -18,7 +18,7 @@ BLOCK = 256  # queries per block
 
 class Blocked(Kernel):
     name = "blocked"
-    auto_priority = 2  # long inputs on CPU where neither flash nor flex runs
+    auto_priority = 3  # long inputs on CPU where no kernel before it runs
 
     def takes(self, positions, documents=False):
         if documents:  # each block's bias from bias(), for any method

@@ -36,24 +36,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq_alibi.kernels.kernel import Kernel, register
+from fairseq_alibi.kernels.kernel import BLOCKED_ABOVE, Kernel, register
 
 # Columns per dtype: enough mantissa bits (fp32 24; fp16 11 a column, bf16 8) for an fp32 term.
 SPLITS = {torch.float32: 1, torch.float64: 1, torch.float16: 3, torch.bfloat16: 3}
-PAD_TO = 8  # the GPU flash backend's head dimensions are multiples of 8
+PAD_TO = 8  # the GPU flash backend's head dimensions are multiples of 8 (on CPU unpadded: faster there)
 
 
 class Separable(Kernel):
     name = "separable"
-    # auto takes it where the committed measurement says it is the fastest (benchmarks/separable-cpu.md,
-    # benchmarks/auto-separable-cpu.md): training on CPU a bias with parameters of its own (learned
-    # slopes) or from the data (FoX's gates), which the dense mask builds and differentiates as heads x
-    # T x S and the blocked kernel cannot train. Fixed-slope ALiBi is faster on the dense mask or
-    # blocked there; on a GPU it has not been measured against the fused kernels.
-    auto_priority = 3
+    # auto takes it where the committed measurement says it is the fastest on CPU (benchmarks/kernels-cpu.md):
+    # training a bias with parameters of its own (learned slopes) or from the data (FoX's gates), which the
+    # dense mask builds and differentiates as heads x T x S and the blocked kernel cannot train; and
+    # evaluating ALiBi's slopes past BLOCKED_ABOVE tokens in fp32, where each head skips the keys its bias
+    # silences (skipping_attention). Fixed-slope ALiBi trains faster on the dense mask or blocked; on a
+    # GPU it has not been measured against the fused kernels.
+    auto_priority = 2
 
     def auto_wants(self, positions, x, query_len):
-        return x.device.type == "cpu" and torch.is_grad_enabled() and bias_trains(positions)
+        if x.device.type != "cpu":
+            return False
+        if torch.is_grad_enabled():
+            return bias_trains(positions)
+        return (positions.has_bias and positions.linear_slopes is not None and query_len > BLOCKED_ABOVE
+                and x.dtype in (torch.float32, torch.float64))
 
     def takes(self, positions, documents=False):
         if positions.kernels is not None:  # a data-dependent bias: its method names this kernel (FoX) or not
@@ -109,13 +115,119 @@ class SeparableAttend:
             index = torch.arange(k.size(2), device=q.device)
             mask = (ids[:, offset:, None] == ids[:, None, :]) & (index[None, offset:, None] >= index[None, None, :])
             mask = mask[:, None]
+        if key_terms is None and mask is None and skips_keys(self.slopes, q, k, v, dropout_p):
+            return skipping_attention(q, k, v, self.slopes)
         if terms is not None:
             terms = terms - terms[..., k.size(2) // 2, None]  # magnitudes at most half the span's
         return causal_attention(q, k, v, terms, dropout_p, mask)
 
 
-def padded_dim(dim: int, columns: int) -> int:
-    return -(-(dim + columns) // PAD_TO) * PAD_TO
+# Per-head skipping (evaluation on CPU): the keys a head skips weigh at most this share of each of its
+# rows together, so that an output moves by at most 2 x SKIPPED x max|v| (fp32's rounding: 2^-24).
+SKIPPED = 2.0 ** -24
+# A head reads its keys by chunks (skipping_attention) where a chunk of its reach is at most this share of
+# the input: each query then reads 1.5 chunks on average instead of half the input.
+CHUNK_SHARE = 1 / 3
+MIN_CHUNK = 128  # queries per chunk at least (smaller ones cost more in calls than they save)
+
+
+def skips_keys(slopes: Optional[Tensor], q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> bool:
+    """Whether attention may skip keys per head: ALiBi's slopes (fixed or learned) with no gradient
+    wanted, a whole input (no cache), fp32 or fp64 on CPU, no dropout."""
+    return (slopes is not None and q.device.type == "cpu" and dropout_p == 0 and q.size(2) == k.size(2)
+            and q.dtype in (torch.float32, torch.float64)
+            and not (torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, slopes))))
+
+
+def skip_reach(q: Tensor, k: Tensor, slopes: Tensor, scale: float) -> List[float]:
+    """Each head's reach: the greatest distance i - j a query reads; the keys further back weigh at
+    most SKIPPED of its row together. For a query q at i, every logit scale q.k_j - m (i - j) is at
+    most s / 2 - m (i - j) and its own key's at least -s / 2, s = 2 scale max|q| max|k| (Cauchy-
+    Schwarz), so the keys past distance R weigh at most sum_{D > R} e^(s - m D) = e^(s - m (R + 1)) /
+    (1 - e^-m) of the row: R = (s - ln SKIPPED - ln(1 - e^-m)) / m - 1 keeps it under SKIPPED
+    (inf for a slope of 0). The norms' own rounding is covered by taking s 0.1% larger."""
+    spread = 2.002 * scale * q.norm(dim=-1).amax(dim=(0, 2)).double() * k.norm(dim=-1).amax(dim=(0, 2)).double()
+    reach = []
+    for s, m in zip(spread.tolist(), slopes.double().tolist()):
+        reach.append(math.inf if m <= 0 else math.ceil((s - math.log(SKIPPED) - math.log(-math.expm1(-m))) / m) - 1)
+    return reach
+
+
+def skipping_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor) -> Tensor:
+    """ALiBi's causal attention where each head reads only the keys within its reach (skip_reach), by
+    chunks of C >= reach queries: a chunk reads its own keys (causal, a square) and the previous chunk's
+    (all of them), so that every query sees every key within its reach; two calls for all of a head's
+    chunks at once (views of one copy of q, k, v with the terms' column), merged through their
+    log-sum-exps. Heads whose chunk would not pay (C above CHUNK_SHARE of T) read every key in one call.
+    A key's term is m_h (j - T / 2) for those, m_h (its place in its chunk) for the others."""
+    batch, heads, length, dim = q.shape
+    scale = dim ** -0.5
+    chunks = [max(MIN_CHUNK, reach) for reach in skip_reach(q, k, slopes, scale)]
+    whole = [h for h in range(heads) if chunks[h] > CHUNK_SHARE * length]
+    keys = torch.arange(length, device=q.device, dtype=torch.float64)
+    place = torch.stack([keys - length // 2 if h in whole else keys % chunks[h] for h in range(heads)])
+    qs, ks, vs, scale = with_terms(q, k, v, (slopes.double()[:, None] * place).float()[None])
+    if len(whole) == heads:
+        return causal_attention_with_columns(qs, ks, vs, scale)[..., :dim]
+    out = q.new_empty(batch, heads, length, dim)
+    if whole:
+        index = slice(whole[0], whole[-1] + 1) if whole == list(range(whole[0], whole[-1] + 1)) else whole
+        out[:, index] = causal_attention_with_columns(qs[:, index], ks[:, index], vs[:, index], scale)[..., :dim]
+    for h in sorted(set(range(heads)) - set(whole)):
+        out[:, h] = by_chunks(qs[:, h], ks[:, h], vs[:, h], scale, float(slopes[h]), chunks[h])[..., :dim]
+    return out
+
+
+def causal_attention_with_columns(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+    with flushed():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+
+def by_chunks(q: Tensor, k: Tensor, v: Tensor, scale: float, slope: float, chunk: int) -> Tensor:
+    """One head's causal attention by chunks of `chunk` queries (q, k, v: (batch, T, width), with the
+    terms' column, a key's term its place in its chunk), each chunk reading its own keys and the previous
+    chunk's, whose terms are slope x chunk too high (taken off their log-sum-exp); the last, partial chunk
+    alike."""
+    batch, length, width = q.shape
+    count, full = length // chunk, length // chunk * chunk
+
+    def chunked(x, start, end):
+        return x[:, start:end].view(batch, (end - start) // chunk, chunk, width)
+
+    out = q.new_empty(batch, length, width)
+    with flushed():
+        own, own_lse = attend_with_lse(chunked(q, 0, full), chunked(k, 0, full), chunked(v, 0, full), scale, causal=True)
+        if count > 1:
+            own[:, 1:] = merged(own[:, 1:], own_lse[:, 1:], *attend_with_lse(
+                chunked(q, chunk, full), chunked(k, 0, full - chunk), chunked(v, 0, full - chunk), scale, causal=False),
+                slope * chunk)
+        out[:, :full] = own.view(batch, full, width)
+        if full < length:
+            rest = [x[:, None, full:] for x in (q, k, v)]
+            before = [x[:, None, full - chunk:full] for x in (k, v)]
+            tail = merged(*attend_with_lse(*rest, scale, causal=True),
+                          *attend_with_lse(rest[0], *before, scale, causal=False), slope * chunk)
+            out[:, full:] = tail[:, 0]
+    return out
+
+
+def merged(out: Tensor, lse: Tensor, out_before: Tensor, lse_before: Tensor, lowered: float) -> Tensor:
+    """One softmax's output from two parts' outputs and log-sum-exps, the second's logits `lowered`."""
+    lse_before = lse_before - lowered
+    top = torch.maximum(lse, lse_before)
+    w, w_before = (lse - top).exp()[..., None], (lse_before - top).exp()[..., None]
+    return (out * w + out_before * w_before) / (w + w_before)
+
+
+def attend_with_lse(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool):
+    """softmax(scale q k^T) v, causal (a square) or not, and each row's log-sum-exp: PyTorch's fused
+    CPU kernel."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+
+
+def padded_dim(dim: int, columns: int, device) -> int:
+    pad_to = 1 if device.type == "cpu" else PAD_TO
+    return -(-(dim + columns) // pad_to) * pad_to
 
 
 def with_terms(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor]):
@@ -126,7 +238,7 @@ def with_terms(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor]):
     if terms is None:
         return q, k, v, scale
     columns = SPLITS[q.dtype]
-    width = padded_dim(dim, columns)
+    width = padded_dim(dim, columns, q.device)
     query_entry = 2.0 ** math.ceil(math.log2(dim) / 2)  # a power of two >= sqrt(dim): exact in any dtype
     parts = split(terms / (scale * query_entry), q.dtype, columns)  # each (batch or 1, heads, S)
     batch, heads, key_len = k.shape[:3]

@@ -165,36 +165,44 @@ class RelativeSelfAttention(MultiheadAttention):
             saved_state["prev_key"] = k
             saved_state["prev_value"] = v
             saved_state["prev_key_padding_mask"] = None
-        mask, key_terms = bias.mask, None
-        if self.layer_bias is not None and bias.kernel is not None:  # a kernel that adds it: its per-key terms
-            key_terms, kept = self.layer_bias.key_terms(query, key_padding_mask,
-                                                        saved_state.get("layer_bias") if saved_state is not None else None)
-            if saved_state is not None:
-                saved_state["layer_bias"] = kept
-        elif self.layer_bias is not None:  # a data-dependent bias: this layer's, over all keys (positions.LayerBias)
-            extra, kept = self.layer_bias(query, q, k, key_padding_mask,
-                                          saved_state.get("layer_bias") if saved_state is not None else None)
-            if saved_state is not None:
-                saved_state["layer_bias"] = kept
-            if mask is None:
-                mask = (causal_mask(tgt_len, k.size(2), torch.float32, q.device) if bias.causal
-                        else q.new_zeros(1, 1, tgt_len, k.size(2), dtype=torch.float32))
-            # In place where no gradient needs extra (one full-size tensor less); the same sum.
-            mask = (extra.add_(mask) if not extra.requires_grad else mask.float() + extra).to(q.dtype)
-        if saved_state is not None:
-            self._set_input_buffer(incremental_state, saved_state)
+        kept_state = saved_state.get("layer_bias") if saved_state is not None else None
         dropout = self.dropout_module.p if self.training else 0.0
-        if key_terms is not None:
-            out = bias.kernel.attend(q, k, v, dropout, key_terms=key_terms)
-        elif bias.kernel is not None:
-            out = bias.kernel.attend(q, k, v, dropout)
-        elif mask is not None:
-            out = masked_attention(q, k, v, mask, dropout)  # no backend found wrong on masks (kernels/sdpa.py)
-        else:
-            is_causal = bias.causal and tgt_len > 1  # then tgt_len == src_len
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal)
+        out, kept = biased_attention(bias, self.layer_bias, query, q, k, v, key_padding_mask, kept_state, dropout)
+        if saved_state is not None:
+            if self.layer_bias is not None:
+                saved_state["layer_bias"] = kept
+            self._set_input_buffer(incremental_state, saved_state)
         out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
         return self.out_proj(out), None
+
+
+def biased_attention(bias: AttentionBias, layer_bias, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                     padding: Optional[Tensor], state: Optional[Tensor], dropout: float):
+    """Attention (batch, heads, T, d) with the bias: the chosen kernel's, the dense mask's, or PyTorch's
+    causal attention; a layer_bias (a bias from the data: x, (T, batch, C), is the layer's input) as the
+    kernel's per-key terms or added to the mask. Returns it and what the layer bias keeps (its cached
+    state in incremental decoding; None without one)."""
+    mask, key_terms, kept = bias.mask, None, None
+    tgt_len = q.size(2)
+    if layer_bias is not None and bias.kernel is not None:  # a kernel that adds it: its per-key terms
+        key_terms, kept = layer_bias.key_terms(x, padding, state)
+    elif layer_bias is not None:  # a data-dependent bias: this layer's, over all keys (positions.LayerBias)
+        extra, kept = layer_bias(x, q, k, padding, state)
+        if mask is None:
+            mask = (causal_mask(tgt_len, k.size(2), torch.float32, q.device) if bias.causal
+                    else q.new_zeros(1, 1, tgt_len, k.size(2), dtype=torch.float32))
+        # In place where no gradient needs extra (one full-size tensor less); the same sum.
+        mask = (extra.add_(mask) if not extra.requires_grad else mask.float() + extra).to(q.dtype)
+    if key_terms is not None:
+        out = bias.kernel.attend(q, k, v, dropout, key_terms=key_terms)
+    elif bias.kernel is not None:
+        out = bias.kernel.attend(q, k, v, dropout)
+    elif mask is not None:
+        out = masked_attention(q, k, v, mask, dropout)  # no backend found wrong on masks (kernels/sdpa.py)
+    else:
+        is_causal = bias.causal and tgt_len > 1  # then tgt_len == src_len
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal)
+    return out, kept
 
 
 def build_relative_self_attention(layer, embed_dim: int, heads: int, cfg) -> RelativeSelfAttention:

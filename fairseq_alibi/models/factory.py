@@ -32,7 +32,7 @@ def chosen_kernel(args) -> Tuple[str, str]:
     older --alibi-attention where --attention-kernel is left at auto."""
     kernel, flag = getattr(args, "attention_kernel", None) or "auto", "--attention-kernel"
     legacy = getattr(args, "alibi_attention", None)
-    if kernel == "auto" and legacy and legacy not in AUTO_RULES:
+    if kernel == "auto" and legacy and legacy != "auto":
         kernel, flag = legacy, "--alibi-attention"
     return kernel, flag
 

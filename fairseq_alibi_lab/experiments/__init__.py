@@ -4,7 +4,7 @@ fairseq imports its models/ (a new experiment is a new file, nothing else)."""
 import importlib
 import pkgutil
 
-from fairseq_alibi_lab.experiments.base import (AUTO_BEFORE_SEPARABLE, COMMITTED, EXPERIMENTS, Experiment, Model, Stages,  # noqa: F401  (the package's names)
+from fairseq_alibi_lab.experiments.base import (BEFORE_SEPARABLE, COMMITTED, EXPERIMENTS, Experiment, Model, Stages,  # noqa: F401  (the package's names)
                                                 declared_updates, names, register, slug)
 
 for _declaration in pkgutil.iter_modules(__path__):

@@ -2,7 +2,7 @@
 fairseq_alibi_lab/conversion.py) and a GPT-2 imported from transformers (gpt2_conversion.py)."""
 from fairseq_alibi_lab import conversion, gpt2_conversion
 from fairseq_alibi_lab.claims import Claim
-from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register
+from fairseq_alibi_lab.experiments.base import BEFORE_SEPARABLE, Experiment, Model, Stages, register
 from fairseq_alibi_lab.gpt2_conversion import IMPORTED
 
 # Give an existing model ALiBi (fairseq_alibi_lab/conversion.py: the teacher, the conversion, the
@@ -50,7 +50,7 @@ register("conversion", Experiment(
     updates=200,
     stages=Stages(prepared=conversion.checkpoint, prepared_updates=conversion.updates, score=conversion.score_model,
                   rows=(conversion.ROWS,), report=conversion.report),
-    claims=CONVERSION))
+    claims=CONVERSION, kernel_rule=BEFORE_SEPARABLE))
 
 
 # The conversion of a GPT-2 (issue 44's experiment): its fine-tunes take 200 updates (the conversion's
@@ -91,4 +91,4 @@ register("gpt2-alibi", Experiment(
      Model(DISTILLED, "alibi", DISTILLATION, start="converted"),
      Model("ALiBi from scratch (comparison)", "alibi", shared=("comparison", "ALiBi"))),
     recipe="gpt2_small", updates=200,
-    stages=Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates), claims=GPT2_ALIBI))
+    stages=Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates), claims=GPT2_ALIBI, kernel_rule=BEFORE_SEPARABLE))

@@ -1,7 +1,7 @@
 """Streaming with attention sinks (the stages: fairseq_alibi_lab/stream_eval.py)."""
 from fairseq_alibi_lab import stream_eval
 from fairseq_alibi_lab.claims import Claim
-from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, perplexity_cells, register
+from fairseq_alibi_lab.experiments.base import BEFORE_SEPARABLE, Experiment, Model, Stages, perplexity_cells, register
 from fairseq_alibi_lab.experiments.causal import SINUSOIDAL
 
 # Streaming with attention sinks (fairseq_alibi_lab/stream_eval.py): models trained as the comparison's
@@ -31,4 +31,4 @@ register("streaming", Experiment(
     (Model("ALiBi", "alibi"), Model("Rotary", "rotary"), SINUSOIDAL), multiples=(1,), strides=("0", "/2", "1"),
     stages=Stages(score=stream_eval.score_model, rows=(stream_eval.ROWS,), report=stream_eval.report,
                   claim_cells=stream_eval.claim_cells, cells=lambda experiment: perplexity_cells(experiment) | stream_eval.cells(experiment)),
-    claims=STREAMING))
+    claims=STREAMING, kernel_rule=BEFORE_SEPARABLE))

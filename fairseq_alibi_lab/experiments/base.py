@@ -89,15 +89,31 @@ class Experiment:
     checkpoints: str = ""
     # fairseq-train flags for every model, after the recipe's (a model size other than the recipe's).
     train_flags: tuple = ()
+    # The --attention-kernel rule (kernels.AUTO_RULES) its plugin models train and are scored under, unless
+    # a model names a kernel itself: an experiment with committed rows names the rule they were made
+    # under (BEFORE_SEPARABLE), so that a rerun trains and scores on the same kernels, digit for digit.
+    kernel_rule: str = "auto"
     updates: int = 0  # training updates (0: the recipe's)
     stages: Stages = Stages()
     # Its claims (claims.Claim), judged on its rows by scripts/claims.py; each names cells it scores.
     claims: tuple = ()
 
 
-# What a model trained before the separable kernel joined auto pins (learned slopes, FoX: auto now trains
-# them on it on CPU), so that a rerun trains on the kernels its committed rows did, digit for digit.
-AUTO_BEFORE_SEPARABLE = ("--attention-kernel", "auto-no-separable")
+# auto's rule before the separable kernel joined it (it now trains learned slopes and FoX and evaluates
+# ALiBi past 512 tokens on CPU): what the experiments committed before then ran under (kernel_rule).
+BEFORE_SEPARABLE = "auto-no-separable"
+
+
+
+def kernel_flags(experiment, model):
+    """--attention-kernel and the experiment's kernel rule, for a plugin model (a position method's) where
+    the experiment names one; else none."""
+    if experiment.kernel_rule == "auto":
+        return []
+    from fairseq_alibi.methods import CAUSAL_METHODS  # imports torch: only where a rule is named
+
+    return ["--attention-kernel", experiment.kernel_rule] if model.method in CAUSAL_METHODS else []
+
 
 EXPERIMENTS = {}
 # The two ways a documents experiment scores each model (runner.DOCUMENT_SCORINGS: a row's label suffix).

@@ -3,7 +3,7 @@ the comparison at a second scale."""
 import dataclasses
 
 from fairseq_alibi_lab.claims import Claim
-from fairseq_alibi_lab.experiments.base import AUTO_BEFORE_SEPARABLE, Experiment, Model, perplexity_cells, register
+from fairseq_alibi_lab.experiments.base import BEFORE_SEPARABLE, Experiment, Model, perplexity_cells, register
 from fairseq_alibi_lab.prepare import SEPARATOR  # what prepare --documents writes between articles
 
 SINUSOIDAL = Model("Sinusoidal", "sinusoidal")
@@ -11,7 +11,7 @@ ALIBI = Model("ALiBi", "alibi", scalings=("linear", "ntk", "dynamic_ntk"))
 
 register("main", Experiment(
     "The README's main job: ALiBi and the sinusoidal model trained at L=64, scored to 16L.",
-    (SINUSOIDAL, dataclasses.replace(ALIBI, scalings=())), seeds=(1,)))
+    (SINUSOIDAL, dataclasses.replace(ALIBI, scalings=())), seeds=(1,), kernel_rule=BEFORE_SEPARABLE))
 
 # The comparison's claims, as the papers state them.
 COMPARISON = (
@@ -79,9 +79,9 @@ register("comparison", Experiment(
      # FIRE's interpolation threshold starts at the training length (the module's default, 512,
      # would leave it unused below 512 tokens).
      Model("FIRE", "fire", ("--fire-init-threshold", "64")),
-     Model("ALiBi, learned slopes", "learned_alibi", AUTO_BEFORE_SEPARABLE),
-     Model("FoX (forget gate)", "fox", AUTO_BEFORE_SEPARABLE)),
-    claims=COMPARISON))
+     Model("ALiBi, learned slopes", "learned_alibi"),
+     Model("FoX (forget gate)", "fox")),
+    claims=COMPARISON, kernel_rule=BEFORE_SEPARABLE))
 
 # Training with documents apart against packed, each scored its own way.
 DOCUMENTS = tuple(
@@ -94,7 +94,7 @@ register("documents", Experiment(
     "(--document-separator), each scored both ways, on WikiText-2 with <doc> between articles.",
     (Model("ALiBi", "alibi"), Model("ALiBi, trained apart", "alibi", ("--document-separator", SEPARATOR)),
      Model("Rotary", "rotary"), Model("Rotary, trained apart", "rotary", ("--document-separator", SEPARATOR))),
-    documents=True, claims=DOCUMENTS))
+    documents=True, claims=DOCUMENTS, kernel_rule=BEFORE_SEPARABLE))
 
 # The second scale (issue 48: a GPU's call of minutes): the small recipe's optimiser and schedule on a
 # model of 6 layers, d 256 (8 heads of 32: FlexAttention compiles them), at L=512 with 16 sequences
@@ -110,7 +110,7 @@ SCALE2 = Experiment(
     (SINUSOIDAL, Model("Rotary", "rotary", scalings=("yarn",)), dataclasses.replace(ALIBI, scalings=()),
      Model("KERPLE log", "kerple", ("--kerple-variant", "log")),
      Model("FIRE", "fire", ("--fire-init-threshold", "512"))),
-    train_length=512, multiples=(1, 2, 4, 8), train_flags=SCALE2_FLAGS, updates=800)
+    train_length=512, multiples=(1, 2, 4, 8), train_flags=SCALE2_FLAGS, updates=800, kernel_rule=BEFORE_SEPARABLE)
 # scale2 asks the comparison's claims on the cells it scores (its five models, to 8L), of its own rows,
 # which came after some of them were declared (its first rows: commit 7e17a0d, 2026-11-26 16:53).
 register("scale2", dataclasses.replace(SCALE2, claims=tuple(

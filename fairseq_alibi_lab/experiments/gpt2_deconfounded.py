@@ -10,7 +10,7 @@ import os
 from fairseq_alibi_lab import gpt2_conversion
 from fairseq_alibi_lab.claims import Claim
 from fairseq_alibi_lab.experiments.alibi_conversion import DISTILLATION
-from fairseq_alibi_lab.experiments.base import Experiment, Model, Stages, register, slug
+from fairseq_alibi_lab.experiments.base import BEFORE_SEPARABLE, Experiment, Model, Stages, register, slug
 
 PEAKS = ("0.001", "0.0003", "0.0001")  # no re-warm-up: the peak from the first update, linear decay to 0
 IMPORTED = gpt2_conversion.IMPORTED
@@ -44,7 +44,8 @@ register("gpt2-schedule", Experiment(
      Model("GPT-2 continued, recipe schedule", "learned", start="gpt2", longest=1),
      *(Model(continued(peak), "learned", ("--lr", peak, "--warmup-updates", "0"),
              start="gpt2", longest=1) for peak in PEAKS)),
-    recipe="gpt2_small", updates=200, seeds=(1,), multiples=(1,), checkpoints="gpt2-alibi-2", stages=GPT2_STAGES))
+    recipe="gpt2_small", updates=200, seeds=(1,), multiples=(1,), checkpoints="gpt2-alibi-2", stages=GPT2_STAGES,
+    kernel_rule=BEFORE_SEPARABLE))
 
 
 def wall_time(rows, out):
@@ -123,4 +124,4 @@ register("gpt2-alibi-2", Experiment(
      Model(SCRATCH_D, "alibi", updates=1600)),
     recipe="gpt2_small", updates=200, checkpoints="gpt2-alibi-2",
     stages=Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates, report=wall_time),
-    claims=GPT2_ALIBI_2))
+    claims=GPT2_ALIBI_2, kernel_rule=BEFORE_SEPARABLE))

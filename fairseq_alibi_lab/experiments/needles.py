@@ -3,7 +3,7 @@ fairseq_alibi_lab/retrieval.py)."""
 import os
 
 from fairseq_alibi_lab import claims, learned_slopes, retrieval
-from fairseq_alibi_lab.experiments.base import AUTO_BEFORE_SEPARABLE, Experiment, Model, Stages, labels, register
+from fairseq_alibi_lab.experiments.base import BEFORE_SEPARABLE, Experiment, Model, Stages, labels, register
 from fairseq_alibi_lab.experiments.causal import SINUSOIDAL
 
 # Retrieval past L (fairseq_alibi_lab/retrieval.py): the comparison's causal methods trained from
@@ -165,8 +165,8 @@ register("retrieval", Experiment(
      # The ALiBi family completed (issue 63): learned slopes and FoX's data-dependent ALiBi, as the comparison's;
      # then KERPLE's power kernel and Sandwich, so that every registered causal method is asked. Their 4L
      # level is not known before they are scored, so they go to 128L as the other relative biases do.
-     Model("ALiBi, learned slopes", "learned_alibi", AUTO_BEFORE_SEPARABLE, multiples=PAST_FIELD),
-     Model("FoX (forget gate)", "fox", AUTO_BEFORE_SEPARABLE, multiples=PAST_FIELD),
+     Model("ALiBi, learned slopes", "learned_alibi", multiples=PAST_FIELD),
+     Model("FoX (forget gate)", "fox", multiples=PAST_FIELD),
      Model("KERPLE power", "kerple", ("--kerple-variant", "power"), multiples=PAST_FIELD),
      Model("Sandwich", "sandwich", multiples=PAST_FIELD)),
     # No validation while training: every 100 updates it took about a quarter of a training's wall time,
@@ -175,4 +175,4 @@ register("retrieval", Experiment(
     stages=Stages(data=retrieval.prepare_data, data_problem=retrieval.data_problem, floors=retrieval.write_floors,
                   score=retrieval.score_model, rows=(retrieval.ROWS, retrieval.BY_POSITION_ROWS, learned_slopes.ROWS), report=retrieval.report,
                   claim_cells=claim_cells, cells=scored_cells),
-    claims=CLAIMS))
+    claims=CLAIMS, kernel_rule=BEFORE_SEPARABLE))

@@ -150,16 +150,19 @@ def test_blocked_alibi_attention_skips_the_keys_steep_heads_silenced(monkeypatch
                                           "--decoder-embed-dim", "48", "--decoder-input-dim", "48",
                                           "--decoder-output-dim", "48"], 530),
                                           (["--alibi-scaling", "linear", "--alibi-scaling-factor", "2"], 530)])
-def test_auto_evaluates_long_inputs_on_cpu_with_the_blocked_kernel(extra, length):
-    """A CPU forward longer than 512 tokens takes the blocked kernel, with sdpa's logits, in a
+@pytest.mark.parametrize("rule,kernel", [("auto", "separable"), ("auto-no-separable", "blocked")])
+def test_auto_evaluates_long_inputs_on_cpu_with_the_separable_or_blocked_kernel(extra, length, rule, kernel):
+    """A CPU forward longer than 512 tokens takes the separable kernel (its heads skipping the keys
+    their bias silences), or under the rule before it the blocked kernel, with sdpa's logits, in a
     full forward and step by step (the cache path stays on the mask)."""
     torch.manual_seed(0)
     reference, d = build_model(extra=[*TINY, *extra, "--alibi-attention", "sdpa"])
     torch.manual_seed(0)
-    model, _ = build_model(extra=[*TINY, *extra])
+    model, _ = build_model(extra=[*TINY, *extra, "--alibi-attention", rule])
     x = torch.zeros(1, 1)
-    assert chosen(model, x, BLOCKED_ABOVE + 1) == "blocked"
-    assert chosen(model, x, BLOCKED_ABOVE) == "sdpa"
+    with torch.no_grad():
+        assert chosen(model, x, BLOCKED_ABOVE + 1) == kernel
+        assert chosen(model, x, BLOCKED_ABOVE) == "sdpa"
     assert_same_logits(model, reference, random_tokens(len(d), 2, length))
 
 

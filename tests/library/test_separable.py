@@ -17,7 +17,7 @@ from fairseq_alibi.alibi_bias import alibi_slopes
 from fairseq_alibi.checks import ConfigError
 from fairseq_alibi.documents import find_documents
 from fairseq_alibi.kernels import KERNELS, choose_kernel, takes_bias
-from fairseq_alibi.kernels.separable import SPLITS, SeparableAttend, split
+from fairseq_alibi.kernels.separable import SKIPPED, SPLITS, SeparableAttend, skip_reach, split
 
 L = 64  # the lab's training length: 8L and 128L below
 
@@ -80,6 +80,50 @@ def test_alibi_as_key_columns_equals_the_formula_in_fp32(length, inputs):
     got = SeparableAttend(slopes).attend(q, k, v, 0.0)
     error = (got.double() - exact).abs().max().item()
     assert error <= tolerance(dense_error, length, max(slopes).item())
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 3.0])
+def test_the_keys_a_head_skips_weigh_less_than_the_bound_in_every_row(magnitude):
+    """skip_reach's promise, checked in fp64 on every row: the keys past a head's reach weigh at most
+    SKIPPED (2^-24) of the row together; inputs three times larger reach further."""
+    torch.manual_seed(1)
+    heads, length = 8, 1024
+    q, k = (magnitude * torch.randn(1, heads, length, 16) for _ in range(2))
+    slopes = torch.tensor(alibi_slopes(heads))
+    reach = skip_reach(q, k, slopes, 16 ** -0.5)
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    scores = (q.double() @ k.double().transpose(-1, -2)) / 4 - slopes.double()[:, None, None] * (i - j)
+    weights = scores.masked_fill(j > i, float("-inf")).softmax(-1)[0]
+    for h in range(heads):
+        skipped = weights[h].masked_fill(i - j <= reach[h], 0).sum(-1)
+        assert skipped.max().item() <= SKIPPED, (h, reach[h], skipped.max().item())
+    if magnitude == 1.0:  # the steepest head skips most keys; larger inputs reach further
+        assert min(reach) < length / 8 and skip_reach(3 * q, 3 * k, slopes, 0.25)[0] > 4 * reach[0]
+
+
+@pytest.mark.parametrize("length,magnitude", [(1000, 1.0), (2048, 2.0), pytest.param(8192, 1.0, marks=pytest.mark.slow)])
+def test_evaluation_skipping_keys_per_head_equals_the_formula(length, magnitude, monkeypatch):
+    """ALiBi's evaluation on CPU skips, per head, the keys its bias silences (chunks of its reach, the
+    last one partial at 1,000 tokens): the output is the fp64 formula's within the dense path's own
+    error plus the bound on what was skipped (2 x SKIPPED x max|v|) and the rounding of the terms it
+    carries (a chunk's: at most the slope times the chunk); heads that skip nothing read every key."""
+    import fairseq_alibi.kernels.separable as kernel
+
+    chunked = []
+    original = kernel.by_chunks
+    monkeypatch.setattr(kernel, "by_chunks", lambda *a: chunked.append(a[-1]) or original(*a))
+    torch.manual_seed(length)
+    heads = 8
+    q, k = (magnitude * torch.randn(2, heads, length, 16) for _ in range(2))
+    v = torch.randn(2, heads, length, 16)
+    slopes = torch.tensor(alibi_slopes(heads))
+    exact = naive(q, k, v, slopes)
+    with torch.no_grad():
+        got = SeparableAttend(slopes).attend(q, k, v, 0.0).double()
+        dense_error = (dense(q, k, v, slopes).double() - exact).abs().max().item()
+    assert len(chunked) >= 2 and all(c < length / 3 for c in chunked)
+    bound = 2 * dense_error + 2 * SKIPPED * v.abs().max().item() + tolerance(0, length, slopes[0].item())
+    assert (got - exact).abs().max().item() <= bound
 
 
 @pytest.mark.parametrize("query_len", [1, 7, 40])
@@ -196,9 +240,11 @@ def test_the_kernel_takes_per_key_biases_only_and_says_why_in_one_line():
 def test_auto_trains_a_bias_with_gradients_on_it_on_cpu_and_its_earlier_rule_never():
     """auto's rule (benchmarks/separable-cpu.md, auto-separable-cpu.md): on CPU it trains learned slopes
     and FoX on the separable kernel, at every length (the dense mask differentiates heads x T x S; the
-    blocked kernel gives the slopes no gradient); evaluation, fixed-slope ALiBi and the methods it
-    cannot add stay where they were. auto-no-separable, the rule before it (what the committed
-    experiments trained with), never picks it; a kernel named as a rule is refused."""
+    blocked kernel gives the slopes no gradient), and evaluates ALiBi's slopes (fixed or learned) past
+    512 tokens on it (each head skipping the keys its bias silences, faster there than blocked:
+    benchmarks/kernels-cpu.md); fixed-slope ALiBi's training and the methods it cannot add stay where
+    they were. auto-no-separable, the rule before it (what the committed experiments trained and
+    scored with), never picks it; a kernel named as a rule is refused."""
     x = torch.zeros(1, 1, 32)
     learned = build_model("learned_alibi_transformer_lm", vocab=VOCAB, extra=TINY)[0].decoder.positions
     fox = build_model("fox_transformer_lm", vocab=VOCAB, extra=TINY)[0].decoder.positions
@@ -213,9 +259,12 @@ def test_auto_trains_a_bias_with_gradients_on_it_on_cpu_and_its_earlier_rule_nev
             assert choose_kernel("auto", kerple, x, length, False, False) == "sdpa"  # not a per-key term
             assert choose_kernel("auto", alibi, x, length, False, False) == ("sdpa" if length <= 512 else "blocked")
         with torch.no_grad():
-            for rule in ("auto", "auto-no-separable"):
-                assert choose_kernel(rule, learned, x, length, False, False) == ("sdpa" if length <= 512 else "blocked")
+            for rule, long in (("auto", "separable"), ("auto-no-separable", "blocked")):
+                for slopes in (learned, alibi):
+                    assert choose_kernel(rule, slopes, x, length, False, False) == ("sdpa" if length <= 512 else long)
                 assert choose_kernel(rule, fox, x, length, False, False) == "sdpa"
+            assert choose_kernel("auto", alibi, x.double(), length, False, False) == ("sdpa" if length <= 512 else "separable")
+            assert choose_kernel("auto", alibi, x.bfloat16(), length, False, False) == ("sdpa" if length <= 512 else "blocked")
     with torch.enable_grad():
         assert choose_kernel("auto", learned, x, 64, True, False) == "sdpa"  # padding: the dense mask
         assert choose_kernel("separable", learned, x, 64, True, False) == "sdpa"
