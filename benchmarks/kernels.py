@@ -3,16 +3,20 @@
 and no bias (the fastest causal attention PyTorch has; no position bias at all).
 
     python benchmarks/kernels.py --out benchmarks/kernels-gpu.md [--rows rows.jsonl]
+    python benchmarks/kernels.py --dtype float32 --head-dim 16 --lengths 512 1024 2048 4096 8192 \
+        --train-lengths 512 1024 2048 4096 --kernels auto sdpa blocked separable --out benchmarks/kernels-cpu.md
 
 For each length, batch x length = --tokens, --heads heads of --head-dim (default: the paper's
 model, 8 heads of 128), random inputs in --dtype. "eval": forward without gradients; "train":
 forward and backward, the bias's own parameters included. Each call builds the method's bias as
-the model does once per forward (attention.attention_bias), then attends (the kernel's .attend, or
-SDPA with the dense mask); "ran as" is the kernel that ran (a kernel that cannot run an input
-leaves it to sdpa). Paired: for one (length, mode), every (method, kernel) and the floor are
-warmed up (twice: flex compiles then), then timed in rounds, one call each per round in a rotating
-order, so that the machine's drift hits all alike; the median per configuration, speed and peak
-memory (GPU) as ratios against the floor of the same rounds. Each row is appended to --rows the
+the model does once per forward (attention.attention_bias), then attends as a layer does
+(attention.biased_attention: the kernel, the dense mask, FoX's gates from the layer's input);
+"auto" is what a model gets with no flag, "ran as" the kernel that ran (a kernel that cannot run
+an input leaves it to sdpa). Paired: for one (length, mode), every (method, kernel) and the floor
+(twice: the second copy's ratio is the noise alone) are warmed up (twice: flex compiles then),
+then timed in rounds, one call each per round in a rotating order, so that the machine's drift
+hits all alike; speed is the median over rounds of the floor's time over the configuration's,
+± half their interquartile range; peak memory (GPU) as a ratio to the floor's. Each row is appended to --rows the
 moment its (length, mode) is measured, with where its time went (set-up, warm-up, timed calls).
 """
 import argparse
@@ -115,6 +119,7 @@ def main():
     p.add_argument("--kernels", nargs="+", default=None, choices=["auto", *KERNELS],
                    help="default: auto and every kernel installed here")
     p.add_argument("--modes", nargs="+", default=["eval", "train"], choices=["eval", "train"])
+    p.add_argument("--train-lengths", type=int, nargs="+", help="the lengths trained at (default: --lengths)")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--out", help="write the table with its provenance here (default: print only)")
     p.add_argument("--rows", help="append each row here as JSON the moment it is measured")
@@ -129,6 +134,8 @@ def main():
         # The layer's input (length, batch, C): what choose_kernel reads, and a layer bias's gates.
         x = torch.randn(length, batch, args.heads * args.head_dim, device=device, dtype=dtype)
         for mode in args.modes:
+            if mode == "train" and args.train_lengths and length not in args.train_lengths:
+                continue
             set_up = time.perf_counter()
             grad = mode == "train"
             q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=grad) for _ in range(3))

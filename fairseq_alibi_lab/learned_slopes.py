@@ -33,10 +33,11 @@ def slope_row(checkpoint, label, fields):
             "commit": provenance.commit(), "machine": provenance.machine(), **fields}
 
 
-def record(path, checkpoint, label, fields):
-    """Append checkpoint's slope row to path unless it holds one already."""
+def record(out, checkpoint, label, fields):
+    """Append checkpoint's slope row to OUT/slopes.jsonl unless it holds one already (a Model.records entry)."""
     from fairseq_alibi_lab.result_rows import append_lines, read_rows
 
+    path = os.path.join(out, ROWS)
     if not any(r.get("checkpoint") == checkpoint for r in read_rows(path)):
         append_lines(path, [json.dumps(slope_row(checkpoint, label, fields))])
 

@@ -167,3 +167,17 @@ def sinusoidal_checkpoint(wt2_slice, tmp_path_factory):
 @pytest.fixture(scope="session")
 def learned_checkpoint(wt2_slice, tmp_path_factory):
     return stock_checkpoint(wt2_slice, tmp_path_factory, "learned", "--decoder-learned-pos")
+
+
+@pytest.fixture(scope="session")
+def fork_checkpoint(sinusoidal_checkpoint, tmp_path_factory):
+    """A checkpoint in the fork's layout: a transformer_lm_wiki103-named model config carrying
+    the fork's max_tokens field, and the sinusoid buffer key decoder.embed_positions._float_tensor.
+    Its weights come from a short run of the stock sinusoidal twin."""
+    state = torch.load(sinusoidal_checkpoint, map_location="cpu", weights_only=False)
+    state["cfg"]["model"]["_name"] = state["cfg"]["model"]["arch"] = "transformer_lm_wiki103"
+    state["cfg"]["model"]["max_tokens"] = 1024
+    state["model"]["decoder.embed_positions._float_tensor"] = torch.FloatTensor(1)
+    path = tmp_path_factory.mktemp("fork") / "fork.pt"
+    torch.save(state, path)
+    return path

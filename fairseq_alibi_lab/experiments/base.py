@@ -44,6 +44,10 @@ class Model:
     # A prepared checkpoint: the model is the one its run kept after as many updates as that one's
     # (--save-interval-updates), not the run's last.
     kept_at: str = ""
+    # What an experiment's scoring also records of this model, each record(out, checkpoint, label, fields)
+    # writing rows of its own under OUT (retrieval: learned slopes' reach in tokens).
+    records: tuple = ()
+    family: str = ""  # the panel its rows are drawn in, where an experiment's figures group models (retrieval's)
 
     def __post_init__(self):
         unknown = set(self.long_scalings) - {"none", *self.scalings}

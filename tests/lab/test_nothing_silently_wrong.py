@@ -241,7 +241,7 @@ def test_fairseq_alibi_train_keeps_and_records_its_dictionary(wt2_slice, tmp_pat
 
 
 def test_retrieval_test_prompts_that_are_missing_broken_or_of_no_asked_length_are_one_line(tmp_path):
-    from fairseq_alibi_lab.retrieval import read_tests
+    from fairseq_alibi_lab.experiments.retrieval.prompts import read_tests
 
     good = {"task": "passkey", "length": 64, "depth": 0.0, "prompt": " ".join(["a"] * 63), "answer": "b"}
     (tmp_path / "broken.jsonl").write_text("{not json\n")

@@ -1,4 +1,4 @@
-"""The retrieval tasks (fairseq_alibi_lab/retrieval.py): made deterministically, test keys never seen
+"""The retrieval tasks (fairseq_alibi_lab/experiments/retrieval/): made deterministically, test keys never seen
 in training, prompts of the asked length with the needle where the depth puts it; scored by greedy
 decoding as fairseq's own model decodes."""
 import json
@@ -11,7 +11,8 @@ import pytest
 
 from conftest import REPO, find_wikitext2, run
 
-from fairseq_alibi_lab.retrieval import FRACTION, TASKS, example, key, read_words, shortest  # noqa: E402
+from fairseq_alibi_lab.experiments.retrieval.data import FRACTION  # noqa: E402
+from fairseq_alibi_lab.experiments.retrieval.prompts import TASKS, example, key, read_words, shortest  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def make(source, out, *flags):
 def toy_floors(rows, prompts="toy"):
     """Floor rows of one prompt set for every (task, length, depth) the rows score (retrieval.floor_rows'
     fields): the tables and claims refuse scored rows without the floors of their prompts."""
-    from fairseq_alibi_lab.retrieval import FLOOR, FLOORS
+    from fairseq_alibi_lab.experiments.retrieval.floors import FLOOR, FLOORS
 
     groups = sorted({(r["task"], r["length"], r["depth"]) for r in rows})
     return [{"label": f"Floor: {floor}", "model": "floor", "checkpoint": FLOOR, "scaling": "none", "task": task,
@@ -68,7 +69,9 @@ def test_prompts_past_16l_have_a_file_and_a_stream_of_their_own(source, tmp_path
     64L, 128L and depth, each holding its (odd-parity) answer as the asked needle; test.jsonl is
     byte for byte the one made without them (the rows scored on it stay valid); a set made before
     them is completed by write_long_tests, the same file as make's."""
-    from fairseq_alibi_lab.retrieval import DEPTHS, LONG_MULTIPLES, LONG_TASKS, floor_rows, made_otherwise, write_long_tests
+    from fairseq_alibi_lab.experiments.retrieval.data import made_otherwise
+    from fairseq_alibi_lab.experiments.retrieval.floors import floor_rows
+    from fairseq_alibi_lab.experiments.retrieval.prompts import DEPTHS, LONG_MULTIPLES, LONG_TASKS, write_long_tests
 
     make(source, tmp_path / "a", "--long-examples", "2")
     make(source, tmp_path / "b", "--long-examples", "0")
@@ -89,7 +92,7 @@ def test_prompts_past_16l_have_a_file_and_a_stream_of_their_own(source, tmp_path
 
 
 def test_a_set_made_with_other_options_is_named_not_reused(source, tmp_path):
-    from fairseq_alibi_lab.retrieval import made_otherwise
+    from fairseq_alibi_lab.experiments.retrieval.data import made_otherwise
 
     make(source, tmp_path / "a", "--fraction", "0.3")
     wanted = dict(length=48, fraction=0.3, seed=1, examples=2)
@@ -234,7 +237,7 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     assert {r["checkpoint"] for r in merged[len(rows):]} == {second, checkpoint}
     # Past 16L (test-long.jsonl): the same scorer, each row fingerprinting its own prompts beside the rows
     # of test.jsonl of the same checkpoint; prompts decoded one at a time (MASK_BYTES) as in one batch.
-    import fairseq_alibi_lab.retrieval as retrieval
+    import fairseq_alibi_lab.experiments.retrieval.score as retrieval
 
     # Past 16L the runner also writes the loss at each position of the longest window (by_position.jsonl).
     long_tests = str(root / "test-long.jsonl")
@@ -291,7 +294,7 @@ def test_prompts_past_16l_are_asked_with_the_models_long_scalings_only(tmp_path,
     model lacks is refused when it is declared."""
     import types
 
-    import fairseq_alibi_lab.retrieval as retrieval
+    import fairseq_alibi_lab.experiments.retrieval.score as retrieval
     from fairseq_alibi_lab.experiments.base import Model
 
     asked = []
@@ -322,7 +325,8 @@ def test_retrieval_claims_average_the_depths_of_each_seed(tmp_path):
 
     from conftest import REPO
     from fairseq_alibi_lab import claims
-    from fairseq_alibi_lab.experiments import EXPERIMENTS, needles
+    from fairseq_alibi_lab.experiments import EXPERIMENTS
+    from fairseq_alibi_lab.experiments.retrieval import claims as needles
 
     def row(label, seed, length, depth, accuracy, scaling="none", task="passkey"):
         return {"label": label, "model": "m", "seed": seed, "checkpoint": f"{label}-s{seed}.pt", "scaling": scaling,
@@ -401,7 +405,7 @@ def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accurac
     import json
     import statistics
 
-    from fairseq_alibi_lab import retrieval
+    from fairseq_alibi_lab.experiments.retrieval import floors, report, score
 
     def scored(seed, length, depth, accuracy, scaling="none", checkpoint=None):
         return {"label": "ALiBi", "model": "m", "seed": seed, "checkpoint": checkpoint or f"a-s{seed}.pt",
@@ -416,10 +420,10 @@ def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accurac
     accuracy += [scored(s, 128, d, 0.0) for s in (1, 2) for d in (0.0, 1.0)]
     accuracy += [scored(s, 128, d, 0.2, "ntk") for s in (1, 2) for d in (0.0, 1.0)]
     accuracy.append(scored(3, 64, 0.0, 1.0, checkpoint="undeclared.pt"))
-    (tmp_path / retrieval.ROWS).write_text("".join(json.dumps(r) + "\n" for r in accuracy))
-    (tmp_path / retrieval.FLOOR_ROWS).write_text("".join(json.dumps(r) + "\n" for r in toy_floors(accuracy)))
+    (tmp_path / score.ROWS).write_text("".join(json.dumps(r) + "\n" for r in accuracy))
+    (tmp_path / floors.FLOOR_ROWS).write_text("".join(json.dumps(r) + "\n" for r in toy_floors(accuracy)))
     rows = [perplexity(1, 200.0), perplexity(2, 210.0), perplexity(1, 150.0, l_valid=128), perplexity(1, 190.0, stride=32)]
-    text = retrieval.report(rows, str(tmp_path))
+    text = report.report(rows, str(tmp_path))
     assert text == (tmp_path / "retrieval.md").read_text()
     exact, first = (text.split("## passkey: " + name)[1].split("##")[0].splitlines() for name in ("exact match", "first key word"))
     at_l = f"{statistics.mean([15.0, 25.0]):.1f} ± {statistics.stdev([15.0, 25.0]):.1f} (n=2)"
@@ -437,12 +441,12 @@ def test_the_retrieval_table_puts_each_models_perplexity_at_l_beside_its_accurac
 def test_floors_are_what_simple_answerers_score_on_the_very_prompts(source, tmp_path):
     """retrieval floors: for each (task, length, depth), a random needle's words (expected), the needle
     nearest the question, the most frequent number (first word) and chance, each checked against the
-    prompts read naively here (the needles found by their words, not by retrieval.py's parser); the
+    prompts read naively here (the needles found by their words, not by floors.py's parser); the
     asked needle's distance from the question in tokens; "Floor", the best answerer that does not pick
     the asked needle out, as the claims read it; one line for a file that is not a test set."""
     import re
 
-    from fairseq_alibi_lab.retrieval import FLOOR, floor_cells
+    from fairseq_alibi_lab.experiments.retrieval.floors import FLOOR, floor_cells
 
     make(source, tmp_path / "set")
     floors_path = tmp_path / "floors.jsonl"
@@ -486,7 +490,7 @@ def test_a_claim_against_the_floor_takes_the_seeds_spread_and_a_one_sample_test(
     from scipy import stats
 
     from fairseq_alibi_lab import claims
-    from fairseq_alibi_lab.retrieval import FLOOR
+    from fairseq_alibi_lab.experiments.retrieval.floors import FLOOR
 
     seeds = {"a-s1": 44.0, "a-s2": 45.0, "a-s3": 46.0}
     found = claims.compare(seeds, {FLOOR: 33.0})
@@ -502,7 +506,7 @@ def test_seeds_without_spread_get_no_test_and_no_verdict():
     infinite there and its p 0; the table says there is no test, Holm's family leaves it out, and
     a primary line without a test has no verdict."""
     from fairseq_alibi_lab import claims
-    from fairseq_alibi_lab.retrieval import FLOOR
+    from fairseq_alibi_lab.experiments.retrieval.floors import FLOOR
 
     zeros = {"a-s1": 0.0, "a-s2": 0.0, "a-s3": 0.0}
     found = claims.compare(zeros, {FLOOR: 1.0})
@@ -520,7 +524,7 @@ def test_accuracy_by_distance_bins_each_group_by_its_needles_distance_then_avera
     """by_distance against the rule written out by hand: a group's place is the power-of-2 bin of the
     mean of its least and greatest distance; a seed's groups in a bin are averaged, then the floor is
     the best answerer (passkey: chance only; else a random or the nearest needle, chance) over the bin."""
-    from fairseq_alibi_lab.retrieval import by_distance
+    from fairseq_alibi_lab.experiments.retrieval.report import by_distance
 
     def floor(task, length, depth, low, high, **scores):
         return [{"label": f"Floor: {name}", "checkpoint": "(floor)", "task": task, "length": length, "depth": depth,
@@ -553,7 +557,7 @@ def test_perplexity_by_context_bins_positions_by_their_tokens_of_context_in_log_
     checkpoint wins."""
     import math
 
-    from fairseq_alibi_lab.retrieval import FIRST_HALF, SECOND_HALF, by_context
+    from fairseq_alibi_lab.experiments.retrieval.report import FIRST_HALF, SECOND_HALF, by_context
 
     def row(checkpoint, values, label="ALiBi"):
         return {"label": label, "checkpoint": checkpoint, "perplexity_by_position": values}
@@ -608,7 +612,7 @@ def test_a_learned_slope_models_slopes_and_reaches_are_read_from_its_checkpoint(
     out = tmp_path / "out"
     out.mkdir()
     for path in (*paths, paths[0]):
-        learned_slopes.record(str(out / learned_slopes.ROWS), path, "ALiBi, learned slopes", fields)
+        learned_slopes.record(str(out), path, "ALiBi, learned slopes", fields)
     assert len((out / learned_slopes.ROWS).read_text().splitlines()) == 2
     lines = learned_slopes.table(str(out), set(paths))
     slope_line = next(line for line in lines if line.startswith("| ALiBi, learned slopes: slope"))
@@ -630,7 +634,7 @@ def test_the_claims_audit_dates_a_cell_by_its_retired_rows_at_its_length_too(tmp
     retired row of its cell's path and length was seen is post hoc; retired rows at other lengths of
     that path do not date the cell (a claim at 32L declared before any row there is not post hoc)."""
     from fairseq_alibi_lab.claims import Cells, Claim, audit
-    from fairseq_alibi_lab.experiments.needles import located
+    from fairseq_alibi_lab.experiments.retrieval.claims import located
 
     P = "first key word, needles past L"  # a scoring declared with the experiment (no scorings_declared)
 
@@ -657,7 +661,7 @@ def test_the_claims_audit_dates_a_cell_by_its_retired_rows_at_its_length_too(tmp
 def test_the_claims_audit_refuses_in_one_line_without_the_history_that_dates_its_commits(tmp_path):
     """A shallow clone or a copy without .git once audited every claim 'the same', 'post hoc: no'."""
     from fairseq_alibi_lab.claims import Cells, Claim, audit
-    from fairseq_alibi_lab.experiments.needles import located
+    from fairseq_alibi_lab.experiments.retrieval.claims import located
 
     P = "first key word, needles past L"
     (tmp_path / "retrieval.jsonl").write_text(json.dumps({"checkpoint": "c/s1.pt", "commit": "abc1234", "length": 1024}) + "\n")
@@ -692,7 +696,7 @@ def test_a_row_with_an_impossible_value_stops_tables_and_verdicts_in_one_line(tm
 def test_tables_and_claims_refuse_floors_that_are_not_of_the_rows_prompts(tmp_path):
     """The tables once took an OUT/floors.jsonl of other prompts, or of two prompt sets, and a missing one
     dropped the floor rows unsaid (ALiBi's passkey floor 40.00 -> 50.00, rc 0)."""
-    from fairseq_alibi_lab.retrieval import FLOOR_ROWS, floors_problem, read_floors
+    from fairseq_alibi_lab.experiments.retrieval.floors import FLOOR_ROWS, floors_problem, read_floors
 
     scored = [{"task": "passkey", "length": n, "depth": d, "prompts_sha256": "ours", "checkpoint": "a.pt"}
               for n in (64, 256) for d in (0.0, 1.0)]
@@ -721,7 +725,7 @@ def test_scoring_refuses_in_one_line_prompts_past_a_learned_position_table_and_p
 
     from fairseq_alibi.hf.import_gpt2 import import_gpt2
     from fairseq_alibi.hf.tokenizer import word_level_tokenizer
-    from fairseq_alibi_lab.retrieval import score
+    from fairseq_alibi_lab.experiments.retrieval.score import score
 
     dictionary = Dictionary()
     for i in range(40):
@@ -748,7 +752,7 @@ def test_scoring_refuses_in_one_line_prompts_past_a_learned_position_table_and_p
 @pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes
 def test_the_retrieval_workers_help_gives_the_codes_defaults():
     """Its --help once showed a --fraction default of 0.1 where the code used 0.5."""
-    from fairseq_alibi_lab import retrieval
+    from fairseq_alibi_lab.experiments.retrieval import data as retrieval
 
     make = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "make", "--help"], capture_output=True,
                           text=True, cwd=REPO).stdout.split("options:")[1]

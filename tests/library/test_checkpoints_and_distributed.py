@@ -1,10 +1,8 @@
-"""The paper's checkpoint layout converts into the plugin; two CPU processes train as one."""
-import json
+"""The paper's checkpoint layout converts into the plugin (through scripts/eval.sh and two processes
+training as one: tests/end_to_end/test_scripts.py)."""
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -21,20 +19,6 @@ def load(path):
 
     models, _ = checkpoint_utils.load_model_ensemble([str(path)])
     return models[0].eval()
-
-
-@pytest.fixture(scope="module")
-def fork_checkpoint(sinusoidal_checkpoint, tmp_path_factory):
-    """A checkpoint in the fork's layout: a transformer_lm_wiki103-named model config carrying
-    the fork's max_tokens field, and the sinusoid buffer key decoder.embed_positions._float_tensor.
-    Its weights come from a short run of the stock sinusoidal twin."""
-    state = torch.load(sinusoidal_checkpoint, map_location="cpu", weights_only=False)
-    state["cfg"]["model"]["_name"] = state["cfg"]["model"]["arch"] = "transformer_lm_wiki103"
-    state["cfg"]["model"]["max_tokens"] = 1024
-    state["model"]["decoder.embed_positions._float_tensor"] = torch.FloatTensor(1)
-    path = tmp_path_factory.mktemp("fork") / "fork.pt"
-    torch.save(state, path)
-    return path
 
 
 def test_converted_fork_checkpoint_is_alibi_with_the_same_weights(fork_checkpoint, tmp_path):
@@ -70,63 +54,6 @@ def test_conversion_refuses_what_it_cannot_convert(fork_checkpoint, tmp_path, ca
     last = proc.stderr.strip().splitlines()[-1]
     assert message in last and "Traceback" not in proc.stderr
     assert not (tmp_path / "out.pt").exists()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_two_processes_equal_one_with_update_freq_2(wt2_slice, tmp_path):
-    common = ["--max-update", "4", "--max-tokens", "512", "--seed", "3", "--disable-validation", *TOY]
-    one = tmp_path / "one"
-    run(["scripts/train.sh", "alibi", "32", wt2_slice, one, "small", "--", *common, "--update-freq", "2"])
-    two = tmp_path / "two"
-    init = f"tcp://127.0.0.1:{free_port()}"
-    logs = [tmp_path / f"rank{rank}.log" for rank in (0, 1)]
-    procs = [
-        subprocess.Popen(["scripts/train.sh", "alibi", "32", wt2_slice, two, "small", "--", *common,
-                          "--distributed-world-size", "2", "--distributed-rank", str(rank),
-                          "--distributed-init-method", init, "--distributed-backend", "gloo",
-                          "--distributed-no-spawn"],
-                         cwd=REPO, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-        for rank, log in zip((0, 1), logs)
-    ]
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and any(p.poll() is None for p in procs) and not any(p.poll() for p in procs):
-        time.sleep(1)
-    for p in procs:  # a rank that failed leaves the other waiting for it at init: end it, and say why
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    outputs = [log.read_text() for log in logs]
-    assert all(p.returncode == 0 for p in procs), outputs[0][-3000:] + outputs[1][-3000:]
-    assert "distributed init (rank 1)" in "".join(outputs)
-    a = torch.load(one / "checkpoint_last.pt", map_location="cpu", weights_only=False)
-    b = torch.load(two / "checkpoint_last.pt", map_location="cpu", weights_only=False)
-    assert a["optimizer_history"][-1]["num_updates"] == b["optimizer_history"][-1]["num_updates"] == 4
-    for name, weight in a["model"].items():
-        if name.endswith("_float_tensor"):  # AdaptiveInput's uninitialized dtype marker
-            continue
-        torch.testing.assert_close(weight, b["model"][name], rtol=1e-4, atol=1e-5, msg=name)
-
-
-def test_eval_script_extends_a_stock_sinusoidal_model_past_its_length(sinusoidal_checkpoint, wt2_slice, tmp_path):
-    """The twin trained at L=32 evaluates at 128 through scripts/eval.sh (which raises its
-    max_target_positions); no such override is needed, or made, for ALiBi."""
-    out = tmp_path / "r.jsonl"
-    run(["scripts/eval.sh", sinusoidal_checkpoint, wt2_slice, out, "128"])
-    row = json.loads(out.read_text())
-    assert row["model"] == "transformer_lm" and row["l_valid"] == 128 and row["perplexity"] > 1
-
-
-def test_eval_script_refuses_an_unconverted_fork_checkpoint(fork_checkpoint, wt2_slice, tmp_path):
-    proc = subprocess.run(["scripts/eval.sh", fork_checkpoint, wt2_slice, tmp_path / "r.jsonl", "64"],
-                          cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "convert it first with python -m fairseq_alibi.tools.convert_checkpoint" in proc.stderr.strip().splitlines()[-1]
-    assert not (tmp_path / "r.jsonl").exists()
 
 
 # The last commit before the position interface (issue 21): its checkpoints must load unchanged.

@@ -176,33 +176,3 @@ def test_flash_path_with_documents_passes_fa2_its_sequences(monkeypatch):
     assert_same_logits(flash, reference, packed_rows(d, 24))
 
 
-@pytest.mark.slow
-def test_trains_and_scores_through_fairseq_with_articles_kept_apart_and_packed(tmp_path):
-    """scripts/separate_articles.py on the first lines of WikiText-2, fairseq-train (scripts/train.sh)
-    with --document-separator '<doc>', fairseq-eval-lm (scripts/eval.sh) with the documents kept
-    apart and, by --model-overrides, packed; nonoverlapping and sliding, past L."""
-    import json
-    import math
-    import os
-
-    from conftest import REPO, TOY, find_wikitext2, run
-
-    for split, lines in [("train", 3000), ("valid", 400)]:
-        with open(os.path.join(find_wikitext2(), f"wiki.{split}.tokens")) as f:
-            (tmp_path / f"{split}.head").write_text("".join(next(f) for _ in range(lines)))
-        printed = run(["python", "scripts/separate_articles.py", tmp_path / f"{split}.head", tmp_path / f"{split}.tokens"])
-        assert "articles" in printed
-    assert "\n <doc> \n = Frank <unk> = \n" in (tmp_path / "valid.tokens").read_text()
-    run(["fairseq-preprocess", "--only-source", "--trainpref", tmp_path / "train.tokens", "--validpref",
-         tmp_path / "valid.tokens", "--destdir", tmp_path / "bin", "--workers", "2"])
-    save = tmp_path / "alibi"
-    run(["scripts/train.sh", "alibi", "32", tmp_path / "bin", save, "small", "--", "--max-update", "3",
-         "--max-tokens", "1024", *TOY, "--document-separator", "<doc>"])
-    out = tmp_path / "results.jsonl"
-    for label, overrides in [("apart", "{}"), ("packed", "{'document_separator': None}")]:
-        run(["scripts/eval.sh", save / "checkpoint_last.pt", tmp_path / "bin", out, "32 128", "0 /2", "--",
-             "--model-overrides", overrides], env=dict(os.environ, LABEL=label), cwd=REPO)
-    rows = {(r["label"], r["l_valid"], r["stride"]): r["perplexity"] for r in map(json.loads, out.read_text().splitlines())}
-    assert len(rows) == 8 and all(math.isfinite(p) and p > 1 for p in rows.values())
-    for l_valid, stride in [(32, 0), (128, 0), (128, 64)]:  # the split holds article ends: some windows differ
-        assert rows[("apart", l_valid, stride)] != rows[("packed", l_valid, stride)]

@@ -428,14 +428,6 @@ def test_lm_eval_on_an_exported_model_and_on_the_checkpoint_gives_fairseq_eval_l
         assert direct[metric] == pytest.approx(results[metric], rel=1e-6), metric
 
 
-def test_the_bloom_small_preset_is_alibis_only(tmp_path):
-    (tmp_path / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(20)))
-    proc = subprocess.run(["scripts/train.sh", "rotary", "32", str(tmp_path), str(tmp_path / "save"), "bloom_small"],
-                          capture_output=True, text=True, cwd=REPO)
-    assert proc.returncode != 0 and "bloom_small preset is ALiBi's" in proc.stderr, proc.stderr
-    assert not (tmp_path / "save").exists()
-
-
 def test_a_gpt2_on_a_fairseq_dictionary_keeps_its_ids(tmp_path):
     """A GPT-2 whose tokenizer is a fairseq dictionary (hf/tokenizer.py's, as gpt2_standin.py trains
     it) imports with its ids kept: fairseq's logits on the dictionary's own ids are GPT-2's."""
@@ -464,96 +456,6 @@ def test_a_gpt2_on_a_fairseq_dictionary_keeps_its_ids(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(hub.models[0](tokens)[0], gpt2(tokens).logits, rtol=1e-5, atol=1e-5)
     assert hub.encode("w3 w7").tolist() == [dictionary.index("w3"), dictionary.index("w7"), 2]
-
-
-@pytest.mark.slow
-def test_the_gpt2_standin_trains_resumes_and_imports(wt2_slice, tmp_path):
-    """examples/wikitext2/gpt2_standin.py at toy size: stopped after 10 updates and run again to 20, it
-    gives the uninterrupted run's weights; its folder imports with the slice's ids."""
-    from transformers import GPT2LMHeadModel
-
-    from fairseq_alibi.hf.import_gpt2 import import_gpt2
-
-    toy = ["--length", "16", "--dim", "16", "--layers", "1", "--heads", "2", "--tokens", "128"]
-    script = os.path.join(REPO, "examples", "wikitext2", "gpt2_standin.py")
-    run([sys.executable, script, wt2_slice, str(tmp_path / "whole"), "--updates", "20", *toy])
-    run([sys.executable, script, wt2_slice, str(tmp_path / "parts"), "--updates", "20", *toy, "--stop-after", "10"])
-    assert not (tmp_path / "parts" / "config.json").exists()
-    assert "resuming at update 10" in run([sys.executable, script, wt2_slice, str(tmp_path / "parts"), "--updates", "20", *toy])
-    whole, parts = (GPT2LMHeadModel.from_pretrained(tmp_path / name).state_dict() for name in ("whole", "parts"))
-    for key in whole:
-        torch.testing.assert_close(parts[key], whole[key], rtol=0, atol=0)
-    import_gpt2(str(tmp_path / "whole"), str(tmp_path / "imported"))
-    assert (tmp_path / "imported" / "dict.txt").read_text() .split()[::2] == [
-        line.split()[0] for line in open(os.path.join(wt2_slice, "dict.txt"))]
-
-
-@pytest.mark.slow
-def test_the_gpt2_experiment_runs_through_the_runner_at_toy_size(wt2_slice, tmp_path):
-    """scripts/experiment.py gpt2-alibi at toy size (L=16): a stand-in GPT-2 (trained here for 3
-    updates, which the runner then finds finished), imported and converted by the runner; the GPT-2
-    scored at L only (its learned positions end there), the two recoveries of the conversion at L
-    and 2L, both strides; the GPT-2 continued and the recoveries trained 2 updates from their start
-    (fine-tuned: the counter starts at 0), the import with none; run again,
-    nothing is trained or scored again. Seed 2: every row records it, the import's too."""
-    checkpoints, out = tmp_path / "checkpoints", tmp_path / "out"
-    toy = ["--length", "16", "--dim", "16", "--layers", "1", "--heads", "2", "--tokens", "64", "--updates", "3"]
-    run([sys.executable, os.path.join(REPO, "examples", "wikitext2", "gpt2_standin.py"), wt2_slice,
-         str(checkpoints / "gpt2-standin-L16-s2"), *toy, "--seed", "2"])
-    flags = ["--decoder-layers", "1", "--decoder-embed-dim", "16", "--decoder-input-dim", "16", "--decoder-output-dim", "16",
-             "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--max-tokens", "64",
-             "--disable-validation"]  # fairseq-train's end-of-run validation: minutes at this batch size
-    models = ["gpt-2-imported", "gpt-2-continued", "gpt-2-alibi-recovered", "gpt-2-alibi-recovered-with-distillation"]
-    command = [sys.executable, "scripts/experiment.py", "gpt2-alibi", "--data", wt2_slice, "--train-length", "16",
-               "--updates", "2", "--lengths", "16", "32", "--seeds", "2", "--checkpoints", str(checkpoints),
-               "--out", str(out), "--models", *models, "--train-flags", " ".join(flags)]
-    printed = run(command)
-    assert "importing it" in printed and "training the GPT-2 stand-in" in printed
-    assert "\n    scoring GPT-2 (imported) at L_valid 16, stride 0 (1/" in printed  # the scorer's progress, shown
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
-    scored = {(r["label"], r["l_valid"], r["stride_rule"], r["updates"]) for r in rows}
-    expected = {(label, lv, rule, updates) for label, lengths, updates in [
-        ("GPT-2 (imported)", (16,), 0), ("GPT-2 continued", (16,), 2), ("GPT-2 -> ALiBi, recovered", (16, 32), 2), ("GPT-2 -> ALiBi, recovered with distillation", (16, 32), 2)]
-        for lv in lengths for rule in ("0", "L_valid/2")}
-    assert scored == expected and len(rows) == len(expected)
-    assert {r["seed"] for r in rows} == {2}  # the import and its conversion record the stand-in's seed
-    imported = str(checkpoints / "gpt2-imported-L16-s2")
-    assert {r["checkpoint"] for r in rows if r["label"] == "GPT-2 (imported)"} == {os.path.join(imported, "checkpoint.pt")}
-    assert {r["model"] for r in rows} == {"transformer_lm", "alibi_transformer_lm_gpt2_small"}
-    for name, start, arch in [("gpt-2-continued", "checkpoint.pt", "transformer_lm"),
-                              ("gpt-2-alibi-recovered", "converted-alibi.pt", "alibi_transformer_lm_gpt2_small"),
-                              ("gpt-2-alibi-recovered-with-distillation", "converted-alibi.pt", "alibi_transformer_lm_gpt2_small")]:
-        trained = json.loads((checkpoints / f"{name}-L16-s2" / "train_flags.json").read_text())
-        assert trained["--finetune-from-model"] == os.path.join(imported, start) and trained["--arch"] == arch
-        assert trained.get("--teacher-path") == (os.path.join(imported, "checkpoint.pt") if "distillation" in name else None)
-    table = (out / "table_valid_stride0.md").read_text()
-    assert "GPT-2 -> ALiBi, recovered with distillation" in table and "Unigram" in table
-    again = run(command)
-    assert "importing it" not in again and "training the GPT-2 stand-in" not in again
-    assert len((out / "results.jsonl").read_text().splitlines()) == len(rows) + 4  # + the floor's rows
-
-
-@pytest.mark.slow
-def test_the_gpt2_experiment_takes_the_comparisons_alibi_from_its_committed_rows(wt2_slice, tmp_path):
-    """The comparison's ALiBi is shown from examples/wikitext2/results/comparison/results.jsonl:
-    nothing trained or scored, each seed's rows relabelled; a seed it lacks is refused in one line."""
-    out = tmp_path / "out"
-    command = [sys.executable, "scripts/experiment.py", "gpt2-alibi", "--data", wt2_slice, "--models",
-               "alibi-from-scratch-comparison", "--out", str(out), "--checkpoints", str(tmp_path / "none")]
-    printed = run(command)
-    assert "comparison's run (its committed rows): nothing to do" in printed
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
-    committed = [json.loads(line) for line in open(os.path.join(REPO, "examples", "wikitext2", "results", "comparison",
-                                                                "results.jsonl"))]
-    alibi = sorted((r["seed"], r["l_valid"], r["stride_rule"], r["perplexity"]) for r in committed
-                   if r.get("label") == "ALiBi" and r["scaling"] == "none")
-    assert sorted((r["seed"], r["l_valid"], r["stride_rule"], r["perplexity"]) for r in rows) == alibi and len(alibi) == 30
-    assert {r["label"] for r in rows} == {"ALiBi from scratch (comparison)"}
-    assert "ALiBi from scratch (comparison)" in (out / "table_valid_stride0.md").read_text()
-    refused = subprocess.run([*command[:-4], "--out", str(tmp_path / "other"), "--seeds", "4"], cwd=REPO,
-                             capture_output=True, text=True)
-    assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1].startswith("error: ")
-    assert "run scripts/experiment.py comparison --models alibi --seeds 4" in refused.stderr
 
 
 @pytest.mark.slow  # subprocesses: the fast suite stays under 3 minutes

@@ -275,14 +275,16 @@ def test_learned_slopes_train_on_sdpa_and_evaluate_on_the_blocked_kernel():
 
 @pytest.mark.parametrize("documents", [False, True])
 def test_a_data_dependent_bias_is_never_left_to_a_kernel_that_would_drop_it(documents):
-    """FoX's bias comes from each layer's input: auto keeps it on sdpa on long inputs (where ALiBi
-    would take the blocked kernel), with documents too; flash, flex and blocked are refused (the
-separable kernel, by name, computes it: test_separable.py)."""
+    """FoX's bias comes from each layer's input: auto evaluates it on the separable kernel, which takes
+    it as per-key terms (test_separable.py), at every length, with documents too; its rule before that
+    kept it on sdpa (never on blocked, where ALiBi goes on long inputs); flash, flex and blocked are
+    refused."""
     model, _ = build_model("fox_transformer_lm", extra=TINY)
     x = torch.zeros(1, 1)
     with torch.no_grad():
         for length in (16, BLOCKED_ABOVE + 1):
-            assert choose_kernel("auto", model.decoder.positions, x, length, False, False, documents) == "sdpa"
+            assert choose_kernel("auto", model.decoder.positions, x, length, False, False, documents) == "separable"
+            assert choose_kernel("auto-no-separable", model.decoder.positions, x, length, False, False, documents) == "sdpa"
     for kernel in ("blocked", "flash", "flex"):
         with pytest.raises(ConfigError, match=f"--attention-kernel {kernel}: FoX .* takes sdpa or separable only"):
             build_model("fox_transformer_lm", extra=[*TINY, "--attention-kernel", kernel])
