@@ -4,7 +4,8 @@ and no bias (the fastest causal attention PyTorch has; no position bias at all).
 
     python benchmarks/kernels.py --out benchmarks/kernels-gpu.md [--rows rows.jsonl]
     python benchmarks/kernels.py --dtype float32 --head-dim 16 --lengths 512 1024 2048 4096 8192 \
-        --train-lengths 512 1024 2048 4096 --kernels auto sdpa blocked separable --out benchmarks/kernels-cpu.md
+        --train-lengths 512 1024 2048 --kernels auto sdpa blocked separable --repeats 5 \
+        --out benchmarks/kernels-cpu.md          (the CPU table: the small recipe's heads, about 20 minutes)
 
 For each length, batch x length = --tokens, --heads heads of --head-dim (default: the paper's
 model, 8 heads of 128), random inputs in --dtype. "eval": forward without gradients; "train":

@@ -18,6 +18,9 @@ def header(details, device="cpu"):
     # Paths inside this checkout or the working directory are written relative: no machine's paths.
     roots = sorted({os.path.dirname(HERE) + os.sep, os.getcwd() + os.sep}, key=len, reverse=True)
     args = [next((a.replace(r, "", 1) for r in roots if a.startswith(r)), a) for a in sys.argv[1:]]
+    if "--rows" in args:  # the rows' stream as they are measured (append_row): a scratch file, not the result
+        at = args.index("--rows")
+        args = args[:at] + args[at + 2:]
     command = f"python benchmarks/{os.path.basename(sys.argv[0])} {shlex.join(args)}".strip()  # to paste back
     threads = f"{torch.get_num_threads()} intra-op thread{'s' * (torch.get_num_threads() != 1)}"
     return (f"Command: `{command}`; commit `{commit()}`; {time.strftime('%Y-%m-%d')}; {machine(device)}; "

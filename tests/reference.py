@@ -107,8 +107,21 @@ def position_terms(model):
     return naive_bias(positions, attn.num_heads, attn.head_dim), rotate
 
 
+def naive_temperature(attn, h, i):
+    """A length temperature's factor for head h's query i, which sees i + 1 keys, and its form, as
+    length_temperature.py's docstring states them (1 and "qk" without one)."""
+    temperature = getattr(attn, "temperature", None)
+    if temperature is None:
+        return 1.0, "qk"
+    if temperature.kind == "logn":
+        return max(1.0, math.log(i + 1) / math.log(temperature.length)), temperature.form
+    return math.exp(float(temperature.log_scale[h])) * math.log(i + 1), temperature.form
+
+
 def naive_attention(attn, x, bias, rotate=None):
-    """softmax(q_i k_j / sqrt(d) + bias(h, i, j)) v over keys j <= i, one head and query at a time.
+    """softmax(q_i k_j / sqrt(d) + bias(h, i, j)) v over keys j <= i, one head and query at a time; with a
+    length temperature tau (naive_temperature) tau q_i k_j / sqrt(d) + bias (form qk) or tau (q_i k_j /
+    sqrt(d) + bias) (form logit).
 
     x: (T, C) for one sequence; the weights are the module's q/k/v/out projections.
     """
@@ -124,7 +137,11 @@ def naive_attention(attn, x, bias, rotate=None):
             qh = torch.stack([rotate(qh[p], p) for p in range(T)])
             kh = torch.stack([rotate(kh[p], p) for p in range(T)])
         for i in range(T):
-            scores = torch.stack([qh[i] @ kh[j] / math.sqrt(d) + bias(h, i, j) for j in range(i + 1)])
+            tau, form = naive_temperature(attn, h, i)
+            if form == "logit":
+                scores = torch.stack([tau * (qh[i] @ kh[j] / math.sqrt(d) + bias(h, i, j)) for j in range(i + 1)])
+            else:
+                scores = torch.stack([tau * (qh[i] @ kh[j]) / math.sqrt(d) + bias(h, i, j) for j in range(i + 1)])
             out[i, sl] = torch.softmax(scores, -1) @ v[: i + 1, sl]
     return attn.out_proj(out)
 

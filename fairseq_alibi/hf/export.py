@@ -92,6 +92,9 @@ def refuse_unsupported(decoder, name):
         raise CannotExport(f"{name} keeps packed documents apart (--document-separator), which the exported model "
                            "does not: not supported yet")
     layer = decoder.layers[0]
+    if getattr(layer.self_attn, "temperature", None) is not None:
+        raise CannotExport(f"{name} has a length temperature (--length-temperature), which the exported model does not "
+                           "carry: not supported yet")
     for part, flag in (("c_attn", "--scale-heads"), ("attn_ln", "--scale-attn"), ("ffn_layernorm", "--scale-fc"),
                        ("w_resid", "--scale-resids"), ("encoder_attn", "an encoder")):
         if getattr(layer, part, None) is not None:

@@ -14,6 +14,8 @@ A kernel is one object registered under its name (`register(Blocked())`), with:
   (.attend(q, k, v, dropout_p)); None: the dense mask (models/attention.py) and PyTorch's SDPA.
 - sdpa_computes_the_same: whether sdpa given the dense mask computes what this kernel does, so that
   an input it cannot run may fall back to sdpa; a kernel for which it is False refuses instead.
+- scales_bias_per_query: whether its attend takes query_scale, a factor for each query's bias (the
+  logit form of a length temperature, length_temperature.py); scaled: a model asks for that.
 
 q, k, v are (batch, heads, T, d), queries bottom-right aligned with keys (the last T of S).
 """
@@ -39,6 +41,7 @@ class Kernel:
     name = ""
     auto_priority: Optional[int] = None
     sdpa_computes_the_same = True
+    scales_bias_per_query = False
 
     def installed(self) -> Optional[str]:
         return None
@@ -69,20 +72,26 @@ def register(kernel: Kernel) -> Kernel:
     return kernel
 
 
-def takes_bias(name: str, positions, documents: bool = False) -> Optional[str]:
-    """None if kernel `name` can ever add this method's bias, else why not (checked at build for a
-    kernel asked for by name; a method may name the only kernels it takes, positions.kernels)."""
+def takes_bias(name: str, positions, documents: bool = False, scaled: bool = False) -> Optional[str]:
+    """None if kernel `name` can ever add this method's bias (scaled: times a factor per query), else why
+    not (checked at build for a kernel asked for by name; a method may name the only kernels it takes,
+    positions.kernels)."""
     if positions.kernels is not None and name not in positions.kernels:
         return (f"{positions.label or 'this method'} takes {' or '.join(positions.kernels)} only "
                 "(its bias depends on the data)")
+    if scaled and not KERNELS[name].scales_bias_per_query:
+        return "it cannot scale the bias per query (--length-temperature-form logit)"
     return KERNELS[name].takes(positions, documents)
 
 
-def unusable(name: str, positions, x: Tensor, dropout: bool, documents: bool = False) -> Optional[str]:
+def unusable(name: str, positions, x: Tensor, dropout: bool, documents: bool = False,
+             scaled: bool = False) -> Optional[str]:
     """None if kernel `name` can run this input (x: the layer input, dropout: attention dropout in
-    training, documents: packed documents to keep apart), else why not."""
+    training, documents: packed documents to keep apart, scaled: the bias times a factor per query),
+    else why not."""
     kernel = KERNELS[name]
-    why_not = takes_bias(name, positions, documents) or kernel.installed() or kernel.unusable(positions, x, dropout, documents)
+    why_not = (takes_bias(name, positions, documents, scaled) or kernel.installed()
+               or kernel.unusable(positions, x, dropout, documents))
     if why_not is None and torch.is_grad_enabled() and not kernel.trains_bias(documents) and \
             any(p.requires_grad for p in positions.parameters()):
         why_not = "it gives the method's learned parameters no gradient (training)"
@@ -90,7 +99,7 @@ def unusable(name: str, positions, x: Tensor, dropout: bool, documents: bool = F
 
 
 def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding: bool, dropout: bool,
-                  documents: bool = False) -> str:
+                  documents: bool = False, scaled: bool = False) -> str:
     """The kernel for this input. Padding to fold in needs the dense mask (sdpa). auto (or another
     rule of AUTO_RULES): the first kernel (by auto_priority) the rule allows that wants the input and
     can run it, else sdpa. A kernel asked for
@@ -103,10 +112,11 @@ def choose_kernel(requested: str, positions, x: Tensor, query_len: int, padding:
         ranked = sorted((k for k in KERNELS.values() if k.auto_priority is not None and k.name not in AUTO_RULES[requested]),
                         key=lambda k: k.auto_priority)
         for kernel in ranked:
-            if kernel.auto_wants(positions, x, query_len) and unusable(kernel.name, positions, x, dropout, documents) is None:
+            if kernel.auto_wants(positions, x, query_len) and \
+                    unusable(kernel.name, positions, x, dropout, documents, scaled) is None:
                 return kernel.name
         return "sdpa"
-    why_not = unusable(requested, positions, x, dropout, documents)
+    why_not = unusable(requested, positions, x, dropout, documents, scaled)
     if why_not:
         if not KERNELS[requested].sdpa_computes_the_same:
             raise ValueError(f"attention kernel {requested} cannot run here ({why_not}), and sdpa would compute "

@@ -22,6 +22,7 @@ from fairseq_alibi.kernels.kernel import Kernel, register
 
 class Sdpa(Kernel):
     name = "sdpa"
+    scales_bias_per_query = True  # its mask's rows (models/attention.py: biased_attention)
 
 
 register(Sdpa())

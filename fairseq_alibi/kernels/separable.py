@@ -45,6 +45,7 @@ PAD_TO = 8  # the GPU flash backend's head dimensions are multiples of 8 (on CPU
 
 class Separable(Kernel):
     name = "separable"
+    scales_bias_per_query = True  # the queries' term columns (attend's query_scale)
     # auto takes it where the committed measurement says it is the fastest on CPU (benchmarks/kernels-cpu.md):
     # training a bias with parameters of its own (learned slopes) or from the data (FoX's gates), which the
     # dense mask builds and differentiates as heads x T x S and the blocked kernel cannot train; FoX's
@@ -105,21 +106,24 @@ class SeparableAttend:
         return (self.slopes.double()[None, :, None] * keys).float() if not self.slopes.requires_grad \
             else self.slopes.float()[None, :, None] * keys.float()
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float, key_terms: Optional[Tensor] = None) -> Tensor:
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float, key_terms: Optional[Tensor] = None,
+               query_scale: Optional[Tensor] = None) -> Tensor:
+        """query_scale (1 or batch, 1 or heads, T, 1): each query's terms times its factor (the queries'
+        column: a length temperature's logit form)."""
         terms = self.terms(k.size(2), q.device, key_terms)
         if self.documents is not None and q.size(2) == k.size(2):
-            return by_document(q, k, v, terms, self.documents.positions, dropout_p)
+            return by_document(q, k, v, terms, self.documents.positions, dropout_p, query_scale)
         mask = None
         if self.documents is not None:  # a cache: keys of the query's own document, causal
             ids, offset = self.documents.ids, k.size(2) - q.size(2)
             index = torch.arange(k.size(2), device=q.device)
             mask = (ids[:, offset:, None] == ids[:, None, :]) & (index[None, offset:, None] >= index[None, None, :])
             mask = mask[:, None]
-        if key_terms is None and mask is None and skips_keys(self.slopes, q, k, v, dropout_p):
+        if key_terms is None and mask is None and query_scale is None and skips_keys(self.slopes, q, k, v, dropout_p):
             return skipping_attention(q, k, v, self.slopes)
         if terms is not None:
             terms = terms - terms[..., k.size(2) // 2, None]  # magnitudes at most half the span's
-        return causal_attention(q, k, v, terms, dropout_p, mask)
+        return causal_attention(q, k, v, terms, dropout_p, mask, query_scale)
 
 
 # Per-head skipping (evaluation on CPU): the keys a head skips weigh at most this share of each of its
@@ -230,9 +234,9 @@ def padded_dim(dim: int, columns: int, device) -> int:
     return -(-(dim + columns) // pad_to) * pad_to
 
 
-def with_terms(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor]):
+def with_terms(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor], query_scale: Optional[Tensor] = None):
     """q, k, v with the terms' columns (and zero padding) appended; the softmax scale of the
-    original head dimension."""
+    original head dimension. query_scale: each query's column times its factor (its terms scaled)."""
     dim = q.size(-1)
     scale = dim ** -0.5
     if terms is None:
@@ -244,6 +248,8 @@ def with_terms(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor]):
     batch, heads, key_len = k.shape[:3]
     extra_k = torch.stack(parts, -1).expand(batch, heads, key_len, columns)
     q_columns = q.new_full((*q.shape[:3], columns), query_entry)
+    if query_scale is not None:
+        q_columns = q_columns * query_scale.to(q.dtype)
     zeros = width - dim - columns
     q = torch.cat([q, q_columns, q.new_zeros(*q.shape[:3], zeros)], -1)
     k = torch.cat([k, extra_k.to(k.dtype), k.new_zeros(*k.shape[:3], zeros)], -1)
@@ -264,11 +270,11 @@ def split(values: Tensor, dtype, columns: int) -> List[Tensor]:
 
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor], dropout_p: float,
-                     mask: Optional[Tensor] = None) -> Tensor:
-    """Causal SDPA (queries the last T of the S keys) with the terms' columns; mask: a boolean mask
-    that replaces the causal pattern."""
+                     mask: Optional[Tensor] = None, query_scale: Optional[Tensor] = None) -> Tensor:
+    """Causal SDPA (queries the last T of the S keys) with the terms' columns (each query's times its
+    query_scale); mask: a boolean mask that replaces the causal pattern."""
     dim, query_len, key_len = q.size(-1), q.size(2), k.size(2)
-    q, k, v, scale = with_terms(q, k, v, terms)
+    q, k, v, scale = with_terms(q, k, v, terms, query_scale)
     if mask is not None:
         kwargs = dict(attn_mask=mask)
     elif query_len == key_len or query_len == 1:
@@ -319,7 +325,8 @@ class FlushedAttention(torch.autograd.Function):
         return (*(next(grads) if x.requires_grad else None for x in inputs), None, None, None)
 
 
-def by_document(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor], within: Tensor, dropout_p: float) -> Tensor:
+def by_document(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor], within: Tensor, dropout_p: float,
+                query_scale: Optional[Tensor] = None) -> Tensor:
     """Every (row, document) as its own causal sequence: documents of similar length (up to twice
     as long as the shortest of their group) batched together, padded on the right; each
     document's terms relative to its first token. within (batch, S): each token's position in its
@@ -351,7 +358,8 @@ def by_document(q: Tensor, k: Tensor, v: Tensor, terms: Optional[Tensor], within
         if terms is not None:
             group_terms = gather(terms.expand(batch, heads, length)[..., None])[..., 0]
             group_terms = group_terms - group_terms[..., :1]
-        out = causal_attention(gather(q), gather(k), gather(v), group_terms, dropout_p)
+        group_scale = None if query_scale is None else gather(query_scale.expand(batch, heads, length, 1))
+        out = causal_attention(gather(q), gather(k), gather(v), group_terms, dropout_p, query_scale=group_scale)
         outputs.append(out.transpose(1, 2).reshape(-1, heads, dim))
         place[members] = base + torch.arange(members.numel(), device=q.device) * longest
         base += members.numel() * longest

@@ -39,6 +39,9 @@ class AttentionBias:
     # A kernel that adds the bias itself (what kernels.build_kernel prepared: .attend); then mask is None.
     kernel: Optional[object] = None
     causal: bool = True
+    # Each new query's count of keys it sees (its position + 1; with documents its place in its
+    # document + 1), (T,) or (batch, T): a length temperature's n (causal attention only).
+    keys_seen: Optional[Tensor] = None
 
 
 def is_right_padding(padding_mask: Tensor) -> bool:
@@ -94,21 +97,26 @@ def position_mask(positions, query_len: int, key_len: int, dtype, device, causal
 
 def attention_bias(positions, x: Tensor, query_len: int, key_len: int, padding_mask: Optional[Tensor], *,
                    causal: bool, kernel: str = "sdpa", dropout: bool = False,
-                   cache: Optional[SquareMaskCache] = None, documents: Optional[Documents] = None) -> AttentionBias:
+                   cache: Optional[SquareMaskCache] = None, documents: Optional[Documents] = None,
+                   scaled: bool = False) -> AttentionBias:
     """What every layer adds for these lengths: the T new queries are the last T of S positions
     (incremental decoding: T = 1 over the cached keys). padding_mask: padded keys to mask (None if
     the attention pattern already hides them). kernel: a name of kernels.KERNEL_NAMES; dropout:
     attention dropout is on (training). documents (documents.find_documents, over all S tokens):
-    no query sees another document, and positions count from each document's start."""
+    no query sees another document, and positions count from each document's start. scaled: each query's
+    bias is to be scaled by its own factor (a length temperature's logit form): a kernel that can."""
     if documents is None:
-        rotary = positions.rotary(torch.arange(key_len - query_len, key_len, device=x.device))
+        new_positions = torch.arange(key_len - query_len, key_len, device=x.device)
+        rotary = positions.rotary(new_positions)
     else:
-        rotary = positions.rotary(documents.positions[:, key_len - query_len:])  # (batch, T, head_dim / 2)
+        new_positions = documents.positions[:, key_len - query_len:]
+        rotary = positions.rotary(new_positions)  # (batch, T, head_dim / 2)
         rotary = None if rotary is None else tuple(r[:, None] for r in rotary)
-    chosen = choose_kernel(kernel, positions, x, query_len, padding_mask is not None, dropout, documents is not None)
+    keys_seen = new_positions + 1 if causal else None
+    chosen = choose_kernel(kernel, positions, x, query_len, padding_mask is not None, dropout, documents is not None, scaled)
     prepared = build_kernel(chosen, positions, x.dtype, documents, query_len)
     if prepared is not None:
-        return AttentionBias(kernel=prepared, rotary=rotary, causal=causal)
+        return AttentionBias(kernel=prepared, rotary=rotary, causal=causal, keys_seen=keys_seen)
     if documents is not None:  # (batch, heads or 1, T, S): each row its own
         keys = torch.arange(key_len, device=x.device)
         mask = document_bias(positions, documents, keys[key_len - query_len:], keys, causal).to(x.dtype)
@@ -119,7 +127,7 @@ def attention_bias(positions, x: Tensor, query_len: int, key_len: int, padding_m
             mask = (causal_mask(query_len, key_len, x.dtype, x.device) if causal
                     else x.new_zeros(1, 1, query_len, key_len))
         mask = fold_padding(mask, padding_mask)
-    return AttentionBias(mask=mask, rotary=rotary, causal=causal)
+    return AttentionBias(mask=mask, rotary=rotary, causal=causal, keys_seen=keys_seen)
 
 
 class RelativeSelfAttention(MultiheadAttention):
@@ -135,6 +143,7 @@ class RelativeSelfAttention(MultiheadAttention):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.layer_bias = None
+        self.temperature = None  # a length temperature (length_temperature.py; the decoder sets it)
 
     def forward(
         self,
@@ -157,6 +166,11 @@ class RelativeSelfAttention(MultiheadAttention):
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
         if bias.rotary is not None:  # keys are cached rotated, at their own positions
             q, k = apply_rotary(q, *bias.rotary), apply_rotary(k, *bias.rotary)
+        query_scale = None
+        if self.temperature is not None:  # each query times its factor; the logit form its bias too
+            factor = self.temperature(bias.keys_seen).to(q.dtype)
+            q = q * factor
+            query_scale = factor if self.temperature.form == "logit" else None
         saved_state = self._get_input_buffer(incremental_state) if incremental_state is not None else None
         if saved_state is not None:
             if "prev_key" in saved_state:
@@ -167,7 +181,8 @@ class RelativeSelfAttention(MultiheadAttention):
             saved_state["prev_key_padding_mask"] = None
         kept_state = saved_state.get("layer_bias") if saved_state is not None else None
         dropout = self.dropout_module.p if self.training else 0.0
-        out, kept = biased_attention(bias, self.layer_bias, query, q, k, v, key_padding_mask, kept_state, dropout)
+        out, kept = biased_attention(bias, self.layer_bias, query, q, k, v, key_padding_mask, kept_state, dropout,
+                                     query_scale)
         if saved_state is not None:
             if self.layer_bias is not None:
                 saved_state["layer_bias"] = kept
@@ -177,12 +192,15 @@ class RelativeSelfAttention(MultiheadAttention):
 
 
 def biased_attention(bias: AttentionBias, layer_bias, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
-                     padding: Optional[Tensor], state: Optional[Tensor], dropout: float):
+                     padding: Optional[Tensor], state: Optional[Tensor], dropout: float,
+                     query_scale: Optional[Tensor] = None):
     """Attention (batch, heads, T, d) with the bias: the chosen kernel's, the dense mask's, or PyTorch's
     causal attention; a layer_bias (a bias from the data: x, (T, batch, C), is the layer's input) as the
-    kernel's per-key terms or added to the mask. Returns it and what the layer bias keeps (its cached
-    state in incremental decoding; None without one)."""
+    kernel's per-key terms or added to the mask; query_scale (1 or batch, 1 or heads, T, 1): each query's
+    bias times its factor (a length temperature's logit form; the kernel was chosen to take it). Returns
+    it and what the layer bias keeps (its cached state in incremental decoding; None without one)."""
     mask, key_terms, kept = bias.mask, None, None
+    scaled = {} if query_scale is None else {"query_scale": query_scale}
     tgt_len = q.size(2)
     if layer_bias is not None and bias.kernel is not None:  # a kernel that adds it: its per-key terms
         key_terms, kept = layer_bias.key_terms(x, padding, state)
@@ -194,10 +212,13 @@ def biased_attention(bias: AttentionBias, layer_bias, x: Tensor, q: Tensor, k: T
         # In place where no gradient needs extra (one full-size tensor less); the same sum.
         mask = (extra.add_(mask) if not extra.requires_grad else mask.float() + extra).to(q.dtype)
     if key_terms is not None:
-        out = bias.kernel.attend(q, k, v, dropout, key_terms=key_terms)
+        out = bias.kernel.attend(q, k, v, dropout, key_terms=key_terms, **scaled)
     elif bias.kernel is not None:
-        out = bias.kernel.attend(q, k, v, dropout)
+        out = bias.kernel.attend(q, k, v, dropout, **scaled)
     elif mask is not None:
+        if query_scale is not None:  # the bias's finite entries times the query's factor; -inf stays
+            masked = torch.isinf(mask)  # (no inf enters the product: its gradient would be NaN)
+            mask = torch.where(masked, mask, mask.masked_fill(masked, 0) * query_scale)
         out = masked_attention(q, k, v, mask, dropout)  # no backend found wrong on masks (kernels/sdpa.py)
     else:
         is_causal = bias.causal and tgt_len > 1  # then tgt_len == src_len

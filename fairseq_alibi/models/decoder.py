@@ -26,7 +26,8 @@ from fairseq_alibi.tools import dictionaries
 from fairseq_alibi.models.attention import RelativeDecoderLayer, SquareMaskCache, attention_bias, is_right_padding, wrap_layer
 from fairseq_alibi.checks import UNBOUNDED_POSITIONS, ConfigError, check_heads
 from fairseq_alibi.documents import find_documents
-from fairseq_alibi.models.factory import causal_positions, document_separator
+from fairseq_alibi.length_temperature import TemperatureConfig
+from fairseq_alibi.models.factory import causal_positions, document_separator, length_temperature
 from fairseq_alibi.models.masked_output import MASKED_OUTPUT_FIELD, mask_output
 from fairseq_alibi.kernels import KERNEL_NAMES
 from fairseq_alibi.positions import METHODS
@@ -66,9 +67,14 @@ class PositionDecoder(TransformerDecoder):
     is fairseq's own, without positions."""
 
     def __init__(self, args, dictionary, embed_tokens, positions: nn.Module, kernel: str = "auto",
-                 no_encoder_attn: bool = True, separator: Optional[int] = None):
+                 no_encoder_attn: bool = True, separator: Optional[int] = None, temperature=(None, False)):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
         self.document_separator = separator  # a dictionary index: packed documents kept apart (documents.py)
+        # A length temperature (factory.length_temperature: its options, and whether it scales the bias):
+        # each layer its own (ssmax's learned factors are the layer's).
+        config, self.bias_scaled = temperature
+        for layer in self.layers:
+            layer.self_attn.temperature = config.build(args.decoder_attention_heads) if config else None
         # Registered under the method's own name: its checkpoint keys (T5's decoder.relative_attention_bias.weight).
         self.positions_name = positions.name
         self.add_module(positions.name, positions)
@@ -125,7 +131,8 @@ class PositionDecoder(TransformerDecoder):
             padding_mask = None
         bias = attention_bias(self.positions, x, tokens.size(1), key_len, padding_mask, causal=True,
                               kernel=self.attention_kernel, cache=self.mask_cache,
-                              dropout=self.training and self.attention_dropout > 0, documents=documents)
+                              dropout=self.training and self.attention_dropout > 0, documents=documents,
+                              scaled=self.bias_scaled)
 
         # Encoder-decoder models: cross-attention is fairseq's own, over the encoder's padding.
         encoder_states = encoder_out["encoder_out"][0] if encoder_out and encoder_out["encoder_out"] else None
@@ -160,6 +167,7 @@ class PositionLanguageModel(TransformerLanguageModel):
     def build_model(cls, args, task):
         check_decoder_args(args, cls.method_name)
         positions, kernel = causal_positions(cls.position_method, args)
+        temperature = length_temperature(args, positions, kernel)
         separator = document_separator(args, task.source_dictionary)
         args.no_token_positional_embeddings = True
         if args.decoder_layers_to_keep:
@@ -188,7 +196,8 @@ class PositionLanguageModel(TransformerLanguageModel):
                 "--tie-adaptive-weights needs --adaptive-input with the same cutoff, factor and "
                 "dimension as the adaptive softmax"
             )
-        decoder = PositionDecoder(args, task.target_dictionary, embed_tokens, positions, kernel, separator=separator)
+        decoder = PositionDecoder(args, task.target_dictionary, embed_tokens, positions, kernel, separator=separator,
+                                  temperature=temperature)
         mask_output(decoder, getattr(args, "masked_output_symbols", None))  # an imported GPT-2's (imported_gpt2.py)
         return cls(decoder)
 
@@ -258,16 +267,18 @@ ATTENTION_KERNEL_HELP = (
     "fp16/bf16, ALiBi or no bias), flex (FlexAttention, ALiBi or no bias), blocked (CPU, no T x S mask; "
     "ALiBi, T5 bias at evaluation, any bias with packed documents), separable (PyTorch's fused causal attention with "
     "the bias as extra query/key columns: ALiBi, learned slopes, FoX, with their gradients), auto (flash where it can run, else "
-    "on CPU separable to train learned slopes or FoX and blocked for inputs longer than 512 tokens, else sdpa), "
-    "auto-no-separable (auto before separable joined it: what the committed experiments trained with); at evaluation "
-    "set it with --model-overrides")
+    "on CPU separable to train learned slopes or FoX, to evaluate FoX, and to evaluate ALiBi past 512 tokens (each head "
+    "skipping the keys its bias silences), blocked to train ALiBi past 512 tokens, else sdpa), auto-no-separable (auto "
+    "before separable joined it: what the committed experiments trained and were scored with); at evaluation set it "
+    "with --model-overrides")
 
 
 def fairseq_config(method_class):
     """fairseq's transformer LM options, the method's own (its Config's fields, their defaults, help
-    and choices), --document-separator and --attention-kernel (and ALiBi's older --alibi-attention)."""
+    and choices), the length temperature's (length_temperature.py), --document-separator and
+    --attention-kernel (and ALiBi's older --alibi-attention)."""
     fields = []
-    for option in dataclasses.fields(method_class.Config):
+    for option in (*dataclasses.fields(method_class.Config), *dataclasses.fields(TemperatureConfig)):
         kind = ChoiceEnum(list(option.metadata["choices"])) if "choices" in option.metadata else option.type
         fields.append((option.name, kind, field(default=option.default, metadata={"help": option.metadata["help"]})))
     fields.append(("document_separator", Optional[str], field(default=None, metadata={"help": DOCUMENT_SEPARATOR_HELP})))

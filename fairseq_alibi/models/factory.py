@@ -7,11 +7,13 @@ check one line (ConfigError). No module of the plugin checks an option anywhere 
 
 Options a checkpoint predates read as their defaults (MethodConfig.from_args), so old checkpoints load.
 """
+import dataclasses
 from typing import Optional, Tuple
 
 from fairseq_alibi.checks import ConfigError, config_check
 from fairseq_alibi.bidirectional import EncoderAlibi, build_variant
 from fairseq_alibi.kernels import AUTO_RULES, KERNEL_NAMES, KERNELS, takes_bias
+from fairseq_alibi.length_temperature import TemperatureConfig
 from fairseq_alibi.positions import METHODS, PositionMethod, build_method
 
 
@@ -54,6 +56,22 @@ def check_kernel(kernel: str, positions: PositionMethod, flag: str):
     not_installed = KERNELS[kernel].installed() if kernel not in AUTO_RULES else None
     if not_installed:
         raise ConfigError(f"{flag} {kernel}: {not_installed}; or use auto")
+
+
+def length_temperature(args, positions: PositionMethod, kernel: str) -> Tuple[Optional[TemperatureConfig], bool]:
+    """(the length temperature's options, checked, or None without one; whether it scales the method's bias
+    per query: its logit form, on a method with a bias); a kernel asked for by name must take that."""
+    config = TemperatureConfig.from_args(args)
+    config_check(config.build, args.decoder_attention_heads)
+    if config.length_temperature == "none":
+        return None, False
+    scaled = config.length_temperature_form == "logit" and (positions.has_bias or positions.layer_bias() is not None)
+    flag = chosen_kernel(args)[1]
+    why_not = takes_bias(kernel, positions, scaled=scaled) if scaled and kernel not in AUTO_RULES else None
+    if why_not:
+        raise ConfigError(f"{flag} {kernel}: {why_not}; use auto, sdpa or separable")
+    # Without a bias the two forms are one: the queries scaled.
+    return dataclasses.replace(config, length_temperature_form="logit" if scaled else "qk"), scaled
 
 
 def encoder_positions(variant: str, heads: int) -> EncoderAlibi:
