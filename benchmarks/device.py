@@ -68,7 +68,7 @@ def steps(out, work, dry_run, data=DATA):
         table1 = ["--arch", "wiki103", "--dtype", "float16", "--modes", *TABLE1_MODES, "--lengths", "512", "1024",
                   "--eval-lengths", "512", "1024", "2048", "3072", "--sliding-batches", "--repeats", "1",
                   "--steps", "4", "--paired-steps", "6", "--out", f"{work}/table1-paper-gpu.md"]
-        kernels = ["--lengths", "1024", "4096", "--kernels", "sdpa", "flex", "separable", "--repeats", "5"]
+        kernels = ["--lengths", "1024", "4096", "--kernels", "auto", "sdpa", "flex", "separable", "--repeats", "5"]
         main = ["--parallel", "2"]
     comparison = ["--parallel", "15"] if not dry_run else ["--models", "alibi", "--seeds", "1", "--updates", "2",
                                                             "--lengths", "16", "--train-length", "16", "--train-flags",
