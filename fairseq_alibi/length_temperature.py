@@ -24,6 +24,9 @@ from fairseq_alibi.positions.position_method import option
 
 KINDS = ("none", "logn", "ssmax")
 FORMS = ("qk", "logit")
+# logn at test time, as an evaluation's SCALING (scripts/eval.sh) any causal method of the plugin takes:
+# its name -> the form; L is the checkpoint's training length.
+TEST_TIME = {"logn": "qk", "logn_logit": "logit"}
 
 
 @dataclasses.dataclass

@@ -37,7 +37,10 @@ here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi.tools import checkpoints, dictionaries, files, provenance  # noqa: E402  (results rows, stride rules; no fairseq)
 from fairseq_alibi_lab import result_rows  # noqa: E402
 from fairseq_alibi_lab.processes import duration  # noqa: E402
+from fairseq_alibi.kernels import AUTO_RULES  # noqa: E402  (pure torch)
+from fairseq_alibi.length_temperature import TEST_TIME  # noqa: E402  (pure torch)
 from fairseq_alibi.methods import SCALINGS  # noqa: E402  (the registry's; no fairseq import)
+from fairseq_alibi.positions import METHODS  # noqa: E402  (pure torch)
 from fairseq_alibi.models.factory import PER_QUERY_SLOPE_KERNELS, chosen_kernel  # noqa: E402  (pure torch)
 
 
@@ -85,21 +88,33 @@ def trained(checkpoint, user_overrides):
     positions_end = checkpoints.learned_positions_end(state)  # a GPT-2 imported: no row past its table
     # the plugin's kernel (or auto's rule); a stock fairseq model has none
     kernel = chosen_kernel(types.SimpleNamespace(**model))[0] if {"attention_kernel", "alibi_attention"} & set(model) else None
-    return (name, int(cfg["task"]["tokens_per_sample"]), f"{method}_scaling" in model,
+    has_scaling = (f"{method}_scaling" in model, "length_temperature" in model)  # the method's, the temperature's
+    return (name, int(cfg["task"]["tokens_per_sample"]), has_scaling,
             history[-1].get("num_updates", -1), seed, overrides, positions_end, kernel)
 
 
-def check_scalings(checkpoint, name, has_scaling, scalings):
+def check_scalings(checkpoint, name, has_method_scaling, scalings, has_temperature=False):
+    """Each SCALING one the model takes and its config can be told (fairseq ignores overrides of fields a
+    config lacks): the method's slopes or angles (has_method_scaling: its config has their fields), or a
+    length temperature at test time (has_temperature)."""
     method = name.split("_transformer_lm")[0]
     for scaling in scalings:
         if scaling == "none":
+            continue
+        if scaling in TEST_TIME:  # a length temperature at test time: any of the plugin's causal methods
+            if method not in METHODS:
+                fail(f"SCALING={scaling} applies to the plugin's causal models, {checkpoint} is {name}")
+            if not has_temperature:  # fairseq silently ignores --model-overrides of fields a config lacks
+                fix = (f"add it with python -m fairseq_alibi.tools.convert_checkpoint {checkpoint} NEW.pt" if method == "alibi"
+                       else "retrain it with this version")
+                fail(f"{checkpoint} predates the length temperature (no length_temperature in its config): {fix}")
             continue
         if method not in SCALINGS:
             fail(f"SCALING applies to ALiBi and rotary checkpoints, {checkpoint} is {name}")
         if scaling not in SCALINGS[method]:
             fail(f"SCALING={scaling}: {'ALiBi' if method == 'alibi' else 'rotary'} takes {', '.join(SCALINGS[method][:-1])} "
                  f"or {SCALINGS[method][-1]}")
-        if not has_scaling:  # fairseq silently ignores --model-overrides of fields a config lacks
+        if not has_method_scaling:  # fairseq silently ignores --model-overrides of fields a config lacks
             if method == "alibi":
                 fail(f"{checkpoint} predates ALiBi scaling: add it with python -m fairseq_alibi.tools.convert_checkpoint "
                      f"{checkpoint} NEW.pt")
@@ -136,6 +151,11 @@ def plan(name, train_length, lengths, strides, scalings, scaling_factor, positio
                     overrides = {"max_target_positions": 1000000}
                 elif scaling == "none":
                     overrides = {}
+                elif scaling in TEST_TIME:  # the factor is the temperature's own: max(1, ln n / ln L)
+                    overrides = {"length_temperature": "logn", "length_temperature_form": TEST_TIME[scaling],
+                                 "length_temperature_length": train_length}
+                    if TEST_TIME[scaling] == "logit" and kernel not in (*AUTO_RULES, "sdpa", "separable"):
+                        overrides["attention_kernel"] = "sdpa"  # a kernel that scales each query's bias
                 else:
                     default = 1.0 if scaling == "dynamic_ntk" else max(1.0, l_valid / train_length)
                     factor = float(scaling_factor) if scaling_factor else default
@@ -200,7 +220,7 @@ def score(scorings, data, split="valid", extra=(), resume=False, fields=None):
         if problem:
             fail(problem)
         overrides = result_rows.overrides_text(user)
-        check_scalings(s.checkpoint, name, has_scaling, s.scalings)
+        check_scalings(s.checkpoint, name, has_scaling[0], s.scalings, has_scaling[1])
         jobs, skipped = plan(name, train_length, s.lengths, s.strides, s.scalings, s.scaling_factor, positions_end, kernel)
         if not jobs:
             fail(f"nothing to score for {s.checkpoint}: {'; '.join(skipped)}")

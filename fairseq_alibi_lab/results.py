@@ -23,11 +23,11 @@ from fairseq_alibi_lab.result_rows import value_problem
 
 
 # Row labels in the paper's order (Tables 2-4), then the methods added since, then the
-# inference-time scalings (ALiBi's slopes, rotary's angles).
+# inference-time scalings (ALiBi's slopes, rotary's angles, a length temperature).
 METHODS = {"transformer_lm": "Sinusoidal", "rotary": "Rotary", "t5_bias": "T5 bias", "alibi": "ALiBi",
            "nope": "NoPE", "kerple": "KERPLE", "sandwich": "Sandwich", "fire": "FIRE"}
 SCALINGS = {"none": "", "linear": " + linear interp.", "ntk": " + NTK", "dynamic_ntk": " + dynamic NTK",
-            "yarn": " + YaRN"}
+            "yarn": " + YaRN", "logn": " + LogN", "logn_logit": " + LogN (whole logit)"}
 ORDER = [m + s for m in METHODS.values() for s in SCALINGS.values()]
 
 

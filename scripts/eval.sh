@@ -18,7 +18,9 @@
 # factor exceeds 1):
 # ALiBi checkpoints: linear|ntk|dynamic_ntk rescale the slopes (factor default: L_valid / L_train
 # for linear and ntk, 1 for dynamic_ntk); rotary checkpoints: linear|ntk|yarn (default
-# L_valid / L_train). ALIBI_SCALING and ALIBI_SCALING_FACTOR are the earlier names of both.
+# L_valid / L_train); any causal checkpoint of the plugin: logn|logn_logit, a length temperature at
+# test time (the queries, or the whole logit, times max(1, ln n / ln L_train); no factor). ALIBI_SCALING
+# and ALIBI_SCALING_FACTOR are the earlier names of SCALING and SCALING_FACTOR.
 # Checked (each in one line naming the fix), planned and scored by fairseq_alibi_lab/evaluate.py.
 set -euo pipefail
 case ${1:-} in -h|--help) source "$(dirname "$0")/usage.sh"; script_help "$0"; exit 0 ;; esac

@@ -408,6 +408,25 @@ def test_scaling_needs_an_alibi_checkpoint_that_knows_the_option(toy_checkpoint,
     assert rows[0]["perplexity"] == rows[1]["perplexity"]  # upgraded == trained with the option
 
 
+def test_a_length_temperature_at_test_time_scores_a_checkpoint_trained_without_one(toy_checkpoint, wt2_slice, tmp_path):
+    """eval.sh SCALING="none logn logn_logit" past L: three rows, each its own number (the temperature
+    acts); a checkpoint from before the option is refused in one line, and convert_checkpoint adds it."""
+    state = torch.load(toy_checkpoint, map_location="cpu", weights_only=False)
+    for key in ("length_temperature", "length_temperature_form", "length_temperature_length"):
+        del state["cfg"]["model"][key]
+    old, upgraded = tmp_path / "old.pt", tmp_path / "upgraded.pt"
+    torch.save(state, old)
+    env = dict(os.environ, SCALING="none logn logn_logit")
+    proc = subprocess.run(["scripts/eval.sh", old, wt2_slice, tmp_path / "r.jsonl", "128"], cwd=REPO,
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 1 and "predates the length temperature" in proc.stderr.strip().splitlines()[-1]
+    run(["python", "-m", "fairseq_alibi.tools.convert_checkpoint", old, upgraded])
+    run(["scripts/eval.sh", upgraded, wt2_slice, tmp_path / "r.jsonl", "128"], env=env)
+    rows = {r["scaling"]: r["perplexity"] for r in map(json.loads, (tmp_path / "r.jsonl").read_text().splitlines())}
+    assert set(rows) == {"none", "logn", "logn_logit"} and len(set(rows.values())) == 3
+    assert all(math.isfinite(p) and p > 1 for p in rows.values())
+
+
 def test_train_script_never_retrains_a_finished_run_nor_takes_over_another(toy_checkpoint, wt2_slice, tmp_path):
     """Rerunning a finished run leaves it as it is (fairseq would train one more update); a save
     directory holding another run (another method or L) is refused unless CONTINUE_RUN=1."""

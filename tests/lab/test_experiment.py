@@ -717,6 +717,30 @@ def test_a_scaling_whose_slopes_the_models_kernel_does_not_take_is_scored_on_sdp
         assert "attention_kernel" not in overrides(kernel, scaling), (kernel, scaling)
 
 
+def test_a_length_temperature_at_test_time_is_a_scaling_of_every_plugin_model():
+    """SCALING=logn (the queries scaled) and logn_logit (the whole logit) set the temperature's options,
+    L the checkpoint's training length, past L only; the logit form on a kernel that cannot scale each
+    query's bias (blocked) is scored on sdpa; a stock model, or a config without the option, is refused."""
+    from fairseq_alibi_lab.evaluate import check_scalings, plan
+
+    def overrides(kernel, scaling, method="alibi"):
+        jobs, skipped = plan(f"{method}_transformer_lm", 64, [64, 256], ["0"], [scaling], "", kernel=kernel)
+        assert [job[0] for job in jobs] == [256] and skipped  # L itself is left out: the factor is 1 there
+        return jobs[0][-1]
+
+    assert overrides("auto", "logn") == {"length_temperature": "logn", "length_temperature_form": "qk",
+                                         "length_temperature_length": 64}
+    assert overrides("auto", "logn_logit", "kerple")["length_temperature_form"] == "logit"
+    assert overrides("blocked", "logn_logit")["attention_kernel"] == "sdpa"
+    assert "attention_kernel" not in overrides("blocked", "logn") and "attention_kernel" not in overrides("separable", "logn_logit")
+    check_scalings("c.pt", "rotary_transformer_lm", True, ["logn"], True)
+    for name, has, why in (("transformer_lm", True, "applies to the plugin's causal models"),
+                           ("alibi_transformer_lm", False, "predates the length temperature.*convert_checkpoint"),
+                           ("rotary_transformer_lm", False, "predates the length temperature.*retrain")):
+        with pytest.raises(SystemExit, match=why):
+            check_scalings("c.pt", name, True, ["logn_logit"], has)
+
+
 @pytest.mark.slow
 def test_eval_sh_scores_dynamic_ntk_on_a_model_trained_with_the_separable_kernel(toy_checkpoint, wt2_slice, tmp_path):
     import torch
