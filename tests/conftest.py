@@ -69,6 +69,15 @@ def snapshot(root):
             for d, _, files in os.walk(root) for name in files}
 
 
+def modules(packages):
+    """The .py files of these packages of the repository, as paths relative to it with / (the layout tests)."""
+    for package in packages:
+        for folder, _, names in os.walk(os.path.join(REPO, package)):
+            for name in names:
+                if name.endswith(".py"):
+                    yield os.path.relpath(os.path.join(folder, name), REPO).replace(os.sep, "/")
+
+
 def random_tokens(dictionary_size, batch, length, seed=0):
     g = torch.Generator().manual_seed(seed)
     # fairseq's Dictionary has 4 special symbols first; sample real words only

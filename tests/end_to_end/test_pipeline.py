@@ -388,14 +388,21 @@ def test_trade_table_of_several_seeds(tmp_path):
                           "update in training-resources.csv)"]
 
 
-def test_scaling_needs_an_alibi_checkpoint_that_knows_the_option(toy_checkpoint, wt2_slice, tmp_path):
-    """fairseq drops --model-overrides of fields a checkpoint lacks: eval.sh refuses, and
-    convert_checkpoint adds them to checkpoints trained before the option existed."""
-    state = torch.load(toy_checkpoint, map_location="cpu", weights_only=False)
-    for key in ("alibi_scaling", "alibi_scaling_factor", "alibi_train_length"):
+def without_options(checkpoint, keys, tmp_path):
+    """(old.pt: the checkpoint as if trained before these options, the path convert_checkpoint writes it to)."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    for key in keys:
         del state["cfg"]["model"][key]
     old, upgraded = tmp_path / "old.pt", tmp_path / "upgraded.pt"
     torch.save(state, old)
+    return old, upgraded
+
+
+def test_scaling_needs_an_alibi_checkpoint_that_knows_the_option(toy_checkpoint, wt2_slice, tmp_path):
+    """fairseq drops --model-overrides of fields a checkpoint lacks: eval.sh refuses, and
+    convert_checkpoint adds them to checkpoints trained before the option existed."""
+    old, upgraded = without_options(toy_checkpoint, ("alibi_scaling", "alibi_scaling_factor", "alibi_train_length"),
+                                    tmp_path)
     env = dict(os.environ, ALIBI_SCALING="ntk")
     proc = subprocess.run(["scripts/eval.sh", old, wt2_slice, tmp_path / "r.jsonl", "64"], cwd=REPO,
                           env=env, capture_output=True, text=True)
@@ -411,11 +418,8 @@ def test_scaling_needs_an_alibi_checkpoint_that_knows_the_option(toy_checkpoint,
 def test_a_length_temperature_at_test_time_scores_a_checkpoint_trained_without_one(toy_checkpoint, wt2_slice, tmp_path):
     """eval.sh SCALING="none logn logn_logit" past L: three rows, each its own number (the temperature
     acts); a checkpoint from before the option is refused in one line, and convert_checkpoint adds it."""
-    state = torch.load(toy_checkpoint, map_location="cpu", weights_only=False)
-    for key in ("length_temperature", "length_temperature_form", "length_temperature_length"):
-        del state["cfg"]["model"][key]
-    old, upgraded = tmp_path / "old.pt", tmp_path / "upgraded.pt"
-    torch.save(state, old)
+    old, upgraded = without_options(toy_checkpoint, ("length_temperature", "length_temperature_form",
+                                                     "length_temperature_length"), tmp_path)
     env = dict(os.environ, SCALING="none logn logn_logit")
     proc = subprocess.run(["scripts/eval.sh", old, wt2_slice, tmp_path / "r.jsonl", "128"], cwd=REPO,
                           env=env, capture_output=True, text=True)

@@ -8,17 +8,10 @@ import os
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import REPO, modules
+
 PACKAGES = ("fairseq_alibi", "fairseq_alibi_lab")
 EXPERIMENTS = "fairseq_alibi_lab/experiments/"
-
-
-def modules():
-    for package in PACKAGES:
-        for folder, _, names in os.walk(os.path.join(REPO, package)):
-            for name in names:
-                if name.endswith(".py"):
-                    yield os.path.relpath(os.path.join(folder, name), REPO).replace(os.sep, "/")
 
 
 def in_an_experiments_folder(path):
@@ -27,11 +20,11 @@ def in_an_experiments_folder(path):
 
 def test_every_module_name_is_used_once():
     by_name = collections.defaultdict(list)
-    for path in modules():
+    for path in modules(PACKAGES):
         if not path.endswith("__init__.py") and not in_an_experiments_folder(path):
             by_name[os.path.basename(path)].append(path)
     assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
-    assert any(in_an_experiments_folder(path) for path in modules())  # the exception is seen
+    assert any(in_an_experiments_folder(path) for path in modules(PACKAGES))  # the exception is seen
 
 
 def test_every_registered_method_is_trained_by_train_sh_and_in_the_comparison():
