@@ -117,24 +117,6 @@ class SinusoidalRobertaEncoder(UnboundedRobertaEncoder):
     (the learned twin's table ends at --max-positions)."""
 
 
-@dataclass
-class AlibiRobertaConfig(FairseqDataclass):
-    """alibi_roberta's options beside RoBERTa's own (fairseq's RoBERTa takes argparse flags: these
-    are added to them, each default and help written here once)."""
-    encoder_alibi: ChoiceEnum([*VARIANTS, "none"]) = field(default=DEFAULT, metadata={
-        "help": "the bidirectional ALiBi variant (fairseq_alibi/bidirectional/); none: fairseq's RoBERTa "
-                "encoder with sinusoidal positions (the twin)"})
-    encoder_learned_pos: bool = field(default=False, metadata={
-        "help": "with --encoder-alibi none: learned positions (stock --arch roberta)"})
-    no_token_positional_embeddings: bool = field(default=False, metadata={
-        "help": "with --encoder-alibi none: no positions at all (NoPE; the encoder sees its input as a bag of "
-                "tokens, the control for what position embeddings add)"})
-    scale_embedding: bool = field(default=False, metadata={
-        "help": "multiply the token embeddings by sqrt(d) before positions are added (fairseq's transformer "
-                "convention; RoBERTa's, the default, does not). Under RoBERTa's embedding LayerNorm it changes "
-                "nothing for an encoder without position embeddings"})
-
-
 def options(config):
     """The config's fields that are options (not FairseqDataclass's _name)."""
     return [option for option in dataclasses.fields(config) if not option.name.startswith("_")]
@@ -148,14 +130,37 @@ def fill_defaults(args, config):
             setattr(args, option.name, option.default)
 
 
+def options_beside(base, config):
+    """A model's add_args: its base model's flags, then its nested Config's fields (each default and help
+    written there once)."""
+    def add_args(parser):
+        base.add_args(parser)
+        gen_parser_from_dataclass(parser, config())
+    return staticmethod(add_args)
+
+
 @register_model("alibi_roberta")
 class AlibiRobertaModel(RobertaModel):
     """RoBERTa (masked LM) with an encoder ALiBi variant in place of position embeddings."""
 
-    @staticmethod
-    def add_args(parser):
-        RobertaModel.add_args(parser)
-        gen_parser_from_dataclass(parser, AlibiRobertaConfig())
+    @dataclass
+    class Config(FairseqDataclass):
+        """alibi_roberta's options beside RoBERTa's own (fairseq's RoBERTa takes argparse flags: these
+        are added to them, each default and help written here once)."""
+        encoder_alibi: ChoiceEnum([*VARIANTS, "none"]) = field(default=DEFAULT, metadata={
+            "help": "the bidirectional ALiBi variant (fairseq_alibi/bidirectional/); none: fairseq's RoBERTa "
+                    "encoder with sinusoidal positions (the twin)"})
+        encoder_learned_pos: bool = field(default=False, metadata={
+            "help": "with --encoder-alibi none: learned positions (stock --arch roberta)"})
+        no_token_positional_embeddings: bool = field(default=False, metadata={
+            "help": "with --encoder-alibi none: no positions at all (NoPE; the encoder sees its input as a bag of "
+                    "tokens, the control for what position embeddings add)"})
+        scale_embedding: bool = field(default=False, metadata={
+            "help": "multiply the token embeddings by sqrt(d) before positions are added (fairseq's transformer "
+                    "convention; RoBERTa's, the default, does not). Under RoBERTa's embedding LayerNorm it changes "
+                    "nothing for an encoder without position embeddings"})
+
+    add_args = options_beside(RobertaModel, Config)
 
     @classmethod
     def build_model(cls, args, task):
@@ -176,7 +181,7 @@ class AlibiRobertaModel(RobertaModel):
         return cls(args, AlibiRobertaEncoder(args, task.source_dictionary))
 
 
-def position_defaults(args, config=AlibiRobertaConfig):
+def position_defaults(args, config=AlibiRobertaModel.Config):
     """The config's defaults where unset (before RoBERTa's base architecture, which would turn
     learned positions on)."""
     fill_defaults(args, config)
@@ -210,30 +215,26 @@ def roberta_base_size_architecture(args):
     roberta_base_architecture(args)
 
 
-@dataclass
-class AlibiTransformerConfig(FairseqDataclass):
-    """alibi_transformer's options beside fairseq's transformer's."""
-    encoder_alibi: ChoiceEnum(list(VARIANTS)) = field(default=DEFAULT, metadata={
-        "help": "the bidirectional ALiBi variant (fairseq_alibi/bidirectional/)"})
-    attention_kernel: ChoiceEnum(list(KERNEL_NAMES)) = field(default="auto", metadata={
-        "help": "the decoder's " + ATTENTION_KERNEL_HELP})
-    alibi_attention: ChoiceEnum(list(KERNEL_NAMES)) = field(default="auto", metadata={
-        "help": "the older name of --attention-kernel (used where that is auto)"})
-
-
 @register_model("alibi_transformer")
 class AlibiTransformerModel(TransformerModel):
     """Encoder-decoder: encoder ALiBi (--encoder-alibi), the causal ALiBi decoder, and
     cross-attention without positions. Its twin is stock --arch transformer (sinusoidal)."""
 
-    @staticmethod
-    def add_args(parser):
-        TransformerModel.add_args(parser)
-        gen_parser_from_dataclass(parser, AlibiTransformerConfig())
+    @dataclass
+    class Config(FairseqDataclass):
+        """alibi_transformer's options beside fairseq's transformer's."""
+        encoder_alibi: ChoiceEnum(list(VARIANTS)) = field(default=DEFAULT, metadata={
+            "help": "the bidirectional ALiBi variant (fairseq_alibi/bidirectional/)"})
+        attention_kernel: ChoiceEnum(list(KERNEL_NAMES)) = field(default="auto", metadata={
+            "help": "the decoder's " + ATTENTION_KERNEL_HELP})
+        alibi_attention: ChoiceEnum(list(KERNEL_NAMES)) = field(default="auto", metadata={
+            "help": "the older name of --attention-kernel (used where that is auto)"})
+
+    add_args = options_beside(TransformerModel, Config)
 
     @classmethod
     def build_model(cls, args, task):
-        fill_defaults(args, AlibiTransformerConfig)
+        fill_defaults(args, cls.Config)
         transformer_base_architecture(args)
         check_encoder_args(args, left_padded=getattr(args, "left_pad_source", True))
         check_decoder_args(args, "ALiBi")
@@ -256,7 +257,7 @@ class AlibiTransformerModel(TransformerModel):
 @register_model_architecture("alibi_transformer", "alibi_transformer_small")
 def transformer_small_architecture(args):
     """CPU scale, for the synthetic tasks: 3 + 3 layers, d 128, FFN 512, 8 heads."""
-    fill_defaults(args, AlibiTransformerConfig)
+    fill_defaults(args, AlibiTransformerModel.Config)
     for side in ("encoder", "decoder"):
         for name, value in TRANSLATION_SMALL_DIMS.items():
             setattr(args, f"{side}_{name}", getattr(args, f"{side}_{name}", value))
@@ -266,5 +267,5 @@ def transformer_small_architecture(args):
 @register_model_architecture("alibi_transformer", "alibi_transformer_base")
 def transformer_base_size_architecture(args):
     """Vaswani et al.'s base: 6 + 6 layers, d 512, FFN 2048, 8 heads."""
-    fill_defaults(args, AlibiTransformerConfig)
+    fill_defaults(args, AlibiTransformerModel.Config)
     transformer_base_architecture(args)

@@ -14,7 +14,6 @@ from fairseq import utils
 from dataclasses import dataclass, field
 
 from fairseq.dataclass import FairseqDataclass
-from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta.model import RobertaModel
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
@@ -22,7 +21,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
 from fairseq_alibi.checks import UNBOUNDED_POSITIONS, ConfigError, config_check
-from fairseq_alibi.models.encoder import UnboundedRobertaEncoder, encoder_output, fill_defaults, roberta_small_dims
+from fairseq_alibi.models.encoder import UnboundedRobertaEncoder, encoder_output, fill_defaults, options_beside, roberta_small_dims
 from fairseq_alibi.models.factory import encoder_positions
 from fairseq_alibi.littlebird import (PAPER_BLOCK_SIZE, PAPER_PACK_LENGTH, LittleBirdLayer, check_littlebird, insert_padding,
                          pad_to_blocks, take_back, window_bias)
@@ -103,26 +102,22 @@ def check_littlebird_args(args):
                           "feeds the next): drop it")
 
 
-@dataclass
-class LittleBirdConfig(FairseqDataclass):
-    """littlebird_roberta's options beside RoBERTa's own (argparse flags there), the paper's values
-    the defaults."""
-    block_size: int = field(default=PAPER_BLOCK_SIZE, metadata={
-        "help": "LittleBird's window block b in tokens (the paper's): each token sees 4b tokens around it"})
-    pack_length: int = field(default=PAPER_PACK_LENGTH, metadata={"help": "LittleBird's pack length s (the paper's)"})
-    padding_insertion: float = field(default=0.0, metadata={
-        "help": "the paper's padding insertion: in training, this fraction of each input's length in masked "
-                "padding at random places after the first token (0: off)"})
-
-
 @register_model("littlebird_roberta")
 class LittleBirdRobertaModel(RobertaModel):
     """RoBERTa (masked LM) with LittleBird's encoder layers."""
 
-    @staticmethod
-    def add_args(parser):
-        RobertaModel.add_args(parser)
-        gen_parser_from_dataclass(parser, LittleBirdConfig())
+    @dataclass
+    class Config(FairseqDataclass):
+        """littlebird_roberta's options beside RoBERTa's own (argparse flags there), the paper's values
+        the defaults."""
+        block_size: int = field(default=PAPER_BLOCK_SIZE, metadata={
+            "help": "LittleBird's window block b in tokens (the paper's): each token sees 4b tokens around it"})
+        pack_length: int = field(default=PAPER_PACK_LENGTH, metadata={"help": "LittleBird's pack length s (the paper's)"})
+        padding_insertion: float = field(default=0.0, metadata={
+            "help": "the paper's padding insertion: in training, this fraction of each input's length in masked "
+                    "padding at random places after the first token (0: off)"})
+
+    add_args = options_beside(RobertaModel, Config)
 
     @classmethod
     def build_model(cls, args, task):
@@ -135,9 +130,9 @@ class LittleBirdRobertaModel(RobertaModel):
 
 
 def littlebird_defaults(args):
-    """LittleBirdConfig's defaults where unset; no position embeddings (RoBERTa's base
+    """LittleBirdRobertaModel.Config's defaults where unset; no position embeddings (RoBERTa's base
     architecture would turn learned ones on)."""
-    fill_defaults(args, LittleBirdConfig)
+    fill_defaults(args, LittleBirdRobertaModel.Config)
     args.encoder_learned_pos = False
 
 
