@@ -117,11 +117,11 @@ class BlockedBias:
                                  block=self.near_bias.size(1))
 
 
-def attention_with_lse(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], scale: float):
-    """softmax(q k^T * scale + mask) v and the log-sum-exp of each row, (batch, heads, T), from
-    PyTorch's fused CPU kernel (no gradient flows through the log-sum-exp)."""
+def attention_with_lse(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], scale: float, causal: bool = False):
+    """softmax(q k^T * scale + mask) v (causal: over a square's past only) and the log-sum-exp of each row,
+    (batch, heads, T), from PyTorch's fused CPU kernel (no gradient flows through the log-sum-exp)."""
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+        q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
 
 
 def blocked_attention(q: Tensor, k: Tensor, v: Tensor, near_bias: Tensor, window: int,

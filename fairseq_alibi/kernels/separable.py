@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fairseq_alibi.kernels.blocked import attention_with_lse
 from fairseq_alibi.kernels.kernel import BLOCKED_ABOVE, Kernel, register
 
 # Columns per dtype: enough mantissa bits (fp32 24; fp16 11 a column, bf16 8) for an fp32 term.
@@ -200,17 +201,18 @@ def by_chunks(q: Tensor, k: Tensor, v: Tensor, scale: float, slope: float, chunk
 
     out = q.new_empty(batch, length, width)
     with flushed():
-        own, own_lse = attend_with_lse(chunked(q, 0, full), chunked(k, 0, full), chunked(v, 0, full), scale, causal=True)
+        own, own_lse = attention_with_lse(chunked(q, 0, full), chunked(k, 0, full), chunked(v, 0, full), None, scale,
+                                          causal=True)
         if count > 1:
-            own[:, 1:] = merged(own[:, 1:], own_lse[:, 1:], *attend_with_lse(
-                chunked(q, chunk, full), chunked(k, 0, full - chunk), chunked(v, 0, full - chunk), scale, causal=False),
+            own[:, 1:] = merged(own[:, 1:], own_lse[:, 1:], *attention_with_lse(
+                chunked(q, chunk, full), chunked(k, 0, full - chunk), chunked(v, 0, full - chunk), None, scale),
                 slope * chunk)
         out[:, :full] = own.view(batch, full, width)
         if full < length:
             rest = [x[:, None, full:] for x in (q, k, v)]
             before = [x[:, None, full - chunk:full] for x in (k, v)]
-            tail = merged(*attend_with_lse(*rest, scale, causal=True),
-                          *attend_with_lse(rest[0], *before, scale, causal=False), slope * chunk)
+            tail = merged(*attention_with_lse(*rest, None, scale, causal=True),
+                          *attention_with_lse(rest[0], *before, None, scale), slope * chunk)
             out[:, full:] = tail[:, 0]
     return out
 
@@ -221,12 +223,6 @@ def merged(out: Tensor, lse: Tensor, out_before: Tensor, lse_before: Tensor, low
     top = torch.maximum(lse, lse_before)
     w, w_before = (lse - top).exp()[..., None], (lse_before - top).exp()[..., None]
     return (out * w + out_before * w_before) / (w + w_before)
-
-
-def attend_with_lse(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool):
-    """softmax(scale q k^T) v, causal (a square) or not, and each row's log-sum-exp: PyTorch's fused
-    CPU kernel."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
 
 
 def padded_dim(dim: int, columns: int, device) -> int:
