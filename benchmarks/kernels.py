@@ -39,13 +39,6 @@ from fairseq_alibi.positions.position_method import build_method  # noqa: E402
 
 
 
-def biased(method):
-    """Whether a method's attention differs from the floor's: a bias, or a bias each layer makes from its
-    input (FoX); rotary and NoPE attend as the floor does."""
-    positions = build_method(method, METHODS[method].Config(), 2, 8, 16)
-    return positions.has_bias or positions.layer_bias() is not None
-
-
 def synchronize(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -116,7 +109,8 @@ def main():
     p.add_argument("--tokens", type=int, default=8192, help="batch x length")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--methods", nargs="+", default=[m for m in METHODS if biased(m)], choices=list(METHODS))
+    biased = [m for m in METHODS if build_method(m, METHODS[m].Config(), 2, 8, 16).adds_bias()]  # rotary, NoPE: the floor
+    p.add_argument("--methods", nargs="+", default=biased, choices=list(METHODS))
     p.add_argument("--kernels", nargs="+", default=None, choices=["auto", *KERNELS],
                    help="default: auto and every kernel installed here")
     p.add_argument("--modes", nargs="+", default=["eval", "train"], choices=["eval", "train"])

@@ -65,7 +65,7 @@ def length_temperature(args, positions: PositionMethod, kernel: str) -> Tuple[Op
     config_check(config.build, args.decoder_attention_heads)
     if config.length_temperature == "none":
         return None, False
-    scaled = config.length_temperature_form == "logit" and (positions.has_bias or positions.layer_bias() is not None)
+    scaled = config.length_temperature_form == "logit" and positions.adds_bias()
     flag = chosen_kernel(args)[1]
     why_not = takes_bias(kernel, positions, scaled=scaled) if scaled and kernel not in AUTO_RULES else None
     if why_not:

@@ -94,6 +94,11 @@ class PositionMethod(nn.Module):
     def layer_bias(self) -> Optional["LayerBias"]:
         return None
 
+    def adds_bias(self) -> bool:
+        """Whether attention gets anything from it beyond the causal pattern: a bias, or one each layer
+        makes from its input (FoX); rotary and NoPE attend as plain causal attention does."""
+        return self.has_bias or type(self).layer_bias is not PositionMethod.layer_bias
+
 
 class LayerBias(nn.Module):
     """A bias computed in each layer from the data (one module per layer; its parameters are the
