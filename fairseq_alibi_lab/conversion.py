@@ -1,4 +1,4 @@
-"""The conversion experiment's stages (runner.Experiment's prepare, scorer and report): a sinusoidal
+"""The conversion experiment's stages (its prepared checkpoints: path, updates, make; its scorer and report): a sinusoidal
 LM given ALiBi and recovered, with the recovery curve and greedy continuations.
 
 Prepared once for every seed (the runs compared start from the same model), under CHECKPOINTS:
@@ -34,9 +34,9 @@ SPARSE = 4  # the from-scratch run before the fine-tuning window: one kept check
 TEACHER_SEED = 1
 
 
-def paths(runner):
-    teacher = os.path.join(runner.checkpoints, f"sinusoidal-L{runner.length}")
-    return teacher, os.path.join(runner.checkpoints, f"converted-L{runner.length}.pt")
+def paths(context):
+    teacher = os.path.join(context.checkpoints, f"sinusoidal-L{context.length}")
+    return teacher, os.path.join(context.checkpoints, f"converted-L{context.length}.pt")
 
 
 def finished(path):
@@ -47,40 +47,45 @@ def finished(path):
     return goal is None or done >= goal
 
 
-def checkpoint(name, runner, seed, make=False):
-    """The path of the prepared checkpoint `name` (teacher, converted), the same for every seed;
-    make: made first where missing, resumably (one lock: parallel jobs wait for each other)."""
-    teacher_dir, converted = paths(runner)
-    teacher = os.path.join(teacher_dir, "checkpoint_last.pt")
-    wanted = {"teacher": teacher, "converted": converted}
+def path(name, context, seed):
+    """The path of the prepared checkpoint `name` (teacher, converted), the same for every seed."""
+    teacher_dir, converted = paths(context)
+    wanted = {"teacher": os.path.join(teacher_dir, "checkpoint_last.pt"), "converted": converted}
     if name not in wanted:
         raise ValueError(f"unknown prepared checkpoint '{name}': the conversion makes {', '.join(wanted)}")
-    if make and not (finished(teacher) and os.path.exists(wanted[name])):
-        from fairseq_alibi_lab.experiments.base import Model
-
-        os.makedirs(runner.checkpoints, exist_ok=True)
-        with open(os.path.join(runner.checkpoints, ".teacher.lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not finished(teacher):
-                updates = recipe_updates(runner)
-                print(f"    training the sinusoidal teacher (seed {TEACHER_SEED}, {updates} updates) -> {teacher_dir}", flush=True)
-                runner.train(Model("Sinusoidal teacher", "sinusoidal"), TEACHER_SEED, save=teacher_dir, updates=updates)
-            if name == "converted" and not os.path.exists(converted):
-                run([sys.executable, "-m", "fairseq_alibi.tools.convert_checkpoint", "--replace-positions", teacher, converted])
     return wanted[name]
 
 
-def updates(name, runner, seed):
+def make(name, context, seed, train, teacher_model):
+    """The prepared checkpoint `name`, made where missing, resumably (one lock: parallel jobs wait for each
+    other); train(model, seed, save_dir, updates): the runner's trainer, for the teacher (teacher_model, the
+    experiment's declaration of it)."""
+    teacher_dir, converted = paths(context)
+    teacher = path("teacher", context, seed)
+    if finished(teacher) and os.path.exists(path(name, context, seed)):
+        return
+    os.makedirs(context.checkpoints, exist_ok=True)
+    with open(os.path.join(context.checkpoints, ".teacher.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not finished(teacher):
+            updates = recipe_updates(context)
+            print(f"    training the sinusoidal teacher (seed {TEACHER_SEED}, {updates} updates) -> {teacher_dir}", flush=True)
+            train(teacher_model, TEACHER_SEED, teacher_dir, updates)
+        if name == "converted" and not os.path.exists(converted):
+            run([sys.executable, "-m", "fairseq_alibi.tools.convert_checkpoint", "--replace-positions", teacher, converted])
+
+
+def updates(name, context, seed):
     """The teacher's training updates (the converted model's too): its checkpoint's, else the recipe's."""
-    teacher = checkpoint("teacher", runner, seed)
+    teacher = path("teacher", context, seed)
     if os.path.isfile(teacher):
         return checkpoints.checkpoint_summary(teacher)[2]
-    return recipe_updates(runner)
+    return recipe_updates(context)
 
 
-def recipe_updates(runner):
+def recipe_updates(context):
     """The recipe's --max-update at L: the teacher's training."""
-    return int(recipes.last_value(recipes.recipe(runner.experiment.recipe, runner.length), "--max-update"))
+    return int(recipes.last_value(recipes.recipe(context.experiment.recipe, context.length), "--max-update"))
 
 
 def kept_checkpoints(save_dir, teacher_updates, every, scratch=False):
@@ -93,43 +98,43 @@ def kept_checkpoints(save_dir, teacher_updates, every, scratch=False):
     return [found[n] for n in sorted(found) if not scratch or n >= teacher_updates or n % (SPARSE * every) == 0]
 
 
-def score_model(runner, model, seed, checkpoint_path):
+def score_model(context, job):
     """The model's points of the recovery curve at L (those OUT/recovery.jsonl lacks), then the
     continuations if they are due; True if it scored anything."""
     from fairseq_alibi_lab import evaluate  # loads fairseq: here only, not when the runner starts
 
-    out = os.path.join(runner.out, ROWS)
-    if not model.method:
-        scorings = [evaluate.Scoring(checkpoint_path, out, [runner.length], model.start, show=False)]
-    elif model.kept_at:  # a checkpoint of another model's run: scored with that run
+    out = os.path.join(context.out, ROWS)
+    if job.prepared:
+        scorings = [evaluate.Scoring(job.checkpoint, out, [context.length], job.model.start, show=False)]
+    elif job.kept_updates:  # a checkpoint of another model's run: scored with that run
         scorings = []
     else:
-        curve = CURVES[model.directory]
-        every = int(recipes.last_value([*model.flags, *runner.args.train_flags], "--save-interval-updates"))
-        kept = kept_checkpoints(runner.save_dir(model, seed), updates("teacher", runner, seed), every, curve == "scratch")
-        scorings = [evaluate.Scoring(path, out, [runner.length], curve, show=False) for path in kept]
-    made = evaluate.score(scorings, runner.data, runner.experiment.split, resume=True,
-                          fields=json.loads(runner.row_fields(checkpoint_path))) if scorings else 0
+        curve = CURVES[job.model.directory]
+        every = int(recipes.last_value(job.flags, "--save-interval-updates"))
+        kept = kept_checkpoints(job.save_dir, updates("teacher", context, job.seed), every, curve == "scratch")
+        scorings = [evaluate.Scoring(path, out, [context.length], curve, show=False) for path in kept]
+    made = evaluate.score(scorings, context.data, context.split, resume=True,
+                          fields=json.loads(context.row_fields(job.checkpoint))) if scorings else 0
     if made:
         print(f"    recovery curve: {made} checkpoints scored at L", flush=True)
-    return bool(made) | generate(runner)
+    return bool(made) | generate(context)
 
 
-def generate(runner):
+def generate(context):
     """OUT/generation.md, once: fairseq_alibi_lab/generate.py's greedy continuations past L by the
     teacher, the converted model and the first seed's fine-tunes and ALiBi from scratch, when they
     have all finished training; written whole, never over an earlier one."""
-    out = os.path.join(runner.out, GENERATION)
-    seed = min(runner.seeds)
-    by_directory = {m.directory: m for m in runner.experiment.models if m.directory and not m.kept_at}
-    models = [checkpoint("teacher", runner, seed), checkpoint("converted", runner, seed),
-              *(os.path.join(runner.save_dir(by_directory[d], seed), "checkpoint_last.pt")
+    out = os.path.join(context.out, GENERATION)
+    seed = min(context.seeds)
+    by_directory = {m.directory: m for m in context.experiment.models if m.directory and not m.kept_at}
+    models = [path("teacher", context, seed), path("converted", context, seed),
+              *(os.path.join(context.save_dir(by_directory[d], seed), "checkpoint_last.pt")
                 for d in ("finetune-ce", "finetune-distill", "alibi"))]
     if os.path.exists(out) or not all(map(finished, models)):
         return False
     with written_whole(out) as partial, open(partial, "w") as f:
         done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.generate", "--prompt",
-                               str(runner.length // 2), "--new", str(runner.length), runner.data, *models],
+                               str(context.length // 2), "--new", str(context.length), context.data, *models],
                               stdout=f, stderr=subprocess.PIPE, text=True)
         if done.returncode:
             raise SystemExit((done.stderr.strip().splitlines() or ["error: generate.py failed"])[-1])

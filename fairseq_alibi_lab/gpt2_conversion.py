@@ -1,4 +1,4 @@
-"""The GPT-2 experiment's prepared checkpoints (runner.Experiment.prepare), one set per seed:
+"""The GPT-2 experiment's prepared checkpoints (experiments.base.Prepared: path, updates, make), one set per seed:
 
     gpt2       a GPT-2 (GPT2LMHeadModel, learned positions) trained with transformers on WikiText-2 at L
                (fairseq_alibi_lab/gpt2_standin.py: the stand-in for a downloaded `gpt2`, for the small
@@ -21,38 +21,43 @@ from fairseq_alibi_lab import recipes
 
 IMPORTED = "GPT-2 (imported)"  # the imported checkpoint's label, in every experiment and claim that names it
 
-def paths(runner, seed):
-    standin = os.path.join(runner.checkpoints, f"gpt2-standin-L{runner.length}-s{seed}")
-    imported = os.path.join(runner.checkpoints, f"gpt2-imported-L{runner.length}-s{seed}")
+def paths(context, seed):
+    standin = os.path.join(context.checkpoints, f"gpt2-standin-L{context.length}-s{seed}")
+    imported = os.path.join(context.checkpoints, f"gpt2-imported-L{context.length}-s{seed}")
     return standin, os.path.join(imported, "checkpoint.pt"), os.path.join(imported, "converted-alibi.pt")
 
 
-def checkpoint(name, runner, seed, make=False):
-    """The path of the prepared checkpoint `name` (gpt2, converted) for seed; make: made first where missing."""
-    standin, gpt2, converted = paths(runner, seed)
+def path(name, context, seed):
+    """The path of the prepared checkpoint `name` (gpt2, converted) for seed."""
+    _, gpt2, converted = paths(context, seed)
     wanted = {"gpt2": gpt2, "converted": converted}
     if name not in wanted:
         raise ValueError(f"unknown prepared checkpoint '{name}': the GPT-2 experiment makes {', '.join(wanted)}")
-    if make and not os.path.exists(wanted[name]):
-        os.makedirs(runner.checkpoints, exist_ok=True)
-        with open(os.path.join(runner.checkpoints, f".gpt2-s{seed}.lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            make_steps(runner, seed, standin, gpt2, converted if name == "converted" else None)
     return wanted[name]
 
 
-def updates(name, runner, seed):
+def make(name, context, seed, train=None):
+    """The prepared checkpoint `name`, made where missing (train: the runner's trainer, not needed here)."""
+    if not os.path.exists(path(name, context, seed)):
+        standin, gpt2, converted = paths(context, seed)
+        os.makedirs(context.checkpoints, exist_ok=True)
+        with open(os.path.join(context.checkpoints, f".gpt2-s{seed}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            make_steps(context, seed, standin, gpt2, converted if name == "converted" else None)
+
+
+def updates(name, context, seed):
     """An import and its conversion have trained nothing here: their rows say 0 updates."""
     return 0
 
 
-def make_steps(runner, seed, standin, gpt2, converted):
-    updates = recipes.last_value(recipes.recipe("small", runner.length), "--max-update")
+def make_steps(context, seed, standin, gpt2, converted):
+    updates = recipes.last_value(recipes.recipe("small", context.length), "--max-update")
     if not os.path.exists(gpt2):
         print(f"    training the GPT-2 stand-in (seed {seed}, {updates} updates) -> {standin}", flush=True)
         os.makedirs(standin, exist_ok=True)
-        run([sys.executable, "-m", "fairseq_alibi_lab.gpt2_standin", runner.data, standin,
-             "--seed", str(seed), "--length", str(runner.length), "--updates", updates], os.path.join(standin, "train.log"))
+        run([sys.executable, "-m", "fairseq_alibi_lab.gpt2_standin", context.data, standin,
+             "--seed", str(seed), "--length", str(context.length), "--updates", updates], os.path.join(standin, "train.log"))
         print(f"    importing it -> {gpt2}", flush=True)
         run([sys.executable, "-m", "fairseq_alibi.hf.import_gpt2", standin, os.path.dirname(gpt2), "--seed", str(seed)])
     if converted and not os.path.exists(converted):

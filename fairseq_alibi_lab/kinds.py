@@ -1,6 +1,7 @@
 """What differs between the kinds of model an experiment trains (recipes.RECIPE_KIND: causal LM,
 masked LM, encoder-decoder): its data, its trainer, its scorer, its floor and its tables. The runner
-asks the experiment's kind and never branches on it. Each stage runs as `python -m
+asks the experiment's kind and never branches on it; a kind is given the run's jobs.Context and a
+jobs.Job, never the runner. Each stage runs as `python -m
 fairseq_alibi_lab.<stage>` with flags (the scripts/ wrappers are for people), in a process of its
 own: the runner imports no fairseq or torch.
 """
@@ -23,45 +24,50 @@ class CausalLM:
     where = " at L"  # what its validation perplexity is measured at (the progress lines)
     masked = False
 
-    def prepare(self, run):
-        """(data, binarized data) every model trains and is scored on."""
-        data = run.args.data or (run.experiment.stages.data(run) if run.experiment.stages.data
-                                 else prepare.wikitext2(run.experiment.documents))
-        return data, data
+    def prepare(self, context):
+        """(data, binarized data) every model is scored on (those trained at L train on it too)."""
+        return (self.training_data(context, context.length),) * 2
 
-    def train_command(self, run, model, seed, save, common):
+    def training_data(self, context, length):
+        """The binarized data a model trained at `length` trains on: --data, else the experiment's own
+        for that length, else WikiText-2."""
+        stages = context.experiment.stages
+        return context.given_data or (stages.data(context, length) if stages.data else prepare.wikitext2(context.experiment.documents))
+
+    def train_command(self, context, job, data):
         """The training's command and the log its output goes to (the runner follows it)."""
-        command = module("measure", os.path.join(save, "resources.jsonl"), "--",
-                         *module("train", model.method, run.train_length(model), run.data, save, run.experiment.recipe,
-                                 "--", *common))
-        return command, os.path.join(save, "train.log")
+        command = module("measure", os.path.join(job.save_dir, "resources.jsonl"), "--",
+                         *module("train", job.model.method, job.train_length, data, job.save_dir, context.experiment.recipe,
+                                 "--", *job.flags))
+        return command, os.path.join(job.save_dir, "train.log")
 
-    def score_command(self, run, label, checkpoint, jobs, flags):
+    def score_command(self, context, label, checkpoint, jobs, flags):
         scalings, lengths, strides = ([*dict.fromkeys(job[i] for job in jobs)] for i in range(3))
-        return module("evaluate", checkpoint, run.data, run.results, " ".join(map(str, sorted(lengths))),
-                      " ".join(strides), "--label", label, "--split", run.experiment.split,
-                      "--scaling", " ".join(scalings), "--scaling-factor", "", "--fields", run.row_fields(checkpoint),
+        return module("evaluate", checkpoint, context.data, context.results, " ".join(map(str, sorted(lengths))),
+                      " ".join(strides), "--label", label, "--split", context.split,
+                      "--scaling", " ".join(scalings), "--scaling-factor", "", "--fields", context.row_fields(checkpoint),
                       "--", *flags)
 
-    def missing(self, run, model, checkpoint, updates):
-        """Each scoring's label -> the (scaling, L_valid, stride) the results lack for checkpoint."""
-        rows = result_rows.read_rows(run.results)
-        problem = result_rows.identity_problem(rows, checkpoint, run.identity(model, checkpoint), run.results,
+    def missing(self, context, job, identity, updates):
+        """Each scoring's label -> the (scaling, L_valid, stride) the results lack for the job's checkpoint
+        (identity: what its rows must record, result_rows.identity_problem)."""
+        rows = result_rows.read_rows(context.results)
+        problem = result_rows.identity_problem(rows, job.checkpoint, identity, context.results,
                                                retire_hint=" (--out), or retire them with --retire WHY")
         if problem:
             raise SystemExit(f"error: {problem}")
         done = result_rows.Measured(rows)
-        return {label: [(scaling, l_valid, stride) for scaling, l_valid, stride in run.evaluations(model)
-                        if result_rows.measurement(label, checkpoint, updates, l_valid, result_rows.stride(stride, l_valid)[1],
-                                             scaling, run.experiment.split,
-                                             result_rows.overrides_text(flags[1]) if flags else None) not in done]
-                for label, flags in run.scorings(model)}
+        return {label: [(scaling, l_valid, stride) for scaling, l_valid, stride in job.evaluations
+                        if result_rows.measurement(label, job.checkpoint, updates, l_valid, result_rows.stride(stride, l_valid)[1],
+                                                   scaling, context.split,
+                                                   result_rows.overrides_text(flags[1]) if flags else None) not in done]
+                for label, flags in job.scorings}
 
-    def floor_command(self, run):
+    def floor_command(self, context):
         """The unigram row, once per length and stride (unigram adds those OUT lacks)."""
-        return module("unigram", run.data, run.results, "--lengths", " ".join(map(str, run.lengths)),
-                      "--strides", " ".join(run.experiment.strides), "--split", run.experiment.split,
-                      "--fields", run.fields, *(["--masked-lm"] if self.masked else []))
+        return module("unigram", context.data, context.results, "--lengths", " ".join(map(str, context.lengths)),
+                      "--strides", " ".join(context.experiment.strides), "--split", context.split,
+                      "--fields", context.fields, *(["--masked-lm"] if self.masked else []))
 
     @staticmethod
     def declared(row, updates, lengths):
@@ -75,9 +81,9 @@ class CausalLM:
         table_rows = results.keyed(rows)
         return results.write_tables(table_rows, out) if table_rows else ""
 
-    def grid(self, run):
-        return (f"at L={run.length}, scored at {' '.join(map(str, run.lengths))}, "
-                f"strides {' '.join(run.experiment.strides)}")
+    def grid(self, context):
+        return (f"at L={context.length}, scored at {' '.join(map(str, context.lengths))}, "
+                f"strides {' '.join(context.experiment.strides)}")
 
 
 class MaskedLM(CausalLM):
@@ -85,13 +91,13 @@ class MaskedLM(CausalLM):
     name = "masked LM"
     masked = True
 
-    def train_command(self, run, model, seed, save, common):
-        return train_once(run, model, seed, save, common), None
+    def train_command(self, context, job, data):
+        return train_once(context, job, data), None
 
-    def score_command(self, run, label, checkpoint, jobs, flags):
+    def score_command(self, context, label, checkpoint, jobs, flags):
         lengths = " ".join(map(str, sorted({job[1] for job in jobs})))
-        return module("eval_mlm", checkpoint, run.data, run.results, "--lengths", lengths, "--split",
-                      run.experiment.split, "--label", label, "--fields", run.row_fields(checkpoint))
+        return module("eval_mlm", checkpoint, context.data, context.results, "--lengths", lengths, "--split",
+                      context.split, "--label", label, "--fields", context.row_fields(checkpoint))
 
 
 class EncoderDecoder:
@@ -103,24 +109,27 @@ class EncoderDecoder:
     where = ""
     masked = False
 
-    def prepare(self, run):
-        directory = synthetic_tasks.prepared(run.args.data or os.path.join("data-bin", "synthetic"), run.args.task_flags)
+    def prepare(self, context):
+        directory = synthetic_tasks.prepared(context.given_data or os.path.join("data-bin", "synthetic"), context.task_flags)
         with open(os.path.join(directory, "text", "buckets.txt")) as f:
             self.buckets = [line.split()[0] for line in f if line.strip()]
         return directory, os.path.join(directory, "bin")
 
-    def train_command(self, run, model, seed, save, common):
-        return train_once(run, model, seed, save, common), None
+    def training_data(self, context, length):
+        return context.binarized
 
-    def score_command(self, run, label, checkpoint, jobs, flags):
-        return module("exact_match", checkpoint, run.binarized, os.path.join(run.data, "text", "buckets.txt"),
-                      run.results, "--label", label, "--fields", run.row_fields(checkpoint))
+    def train_command(self, context, job, data):
+        return train_once(context, job, data), None
 
-    def missing(self, run, model, checkpoint, updates):
-        done = exact_match.scored_buckets(result_rows.read_rows(run.results), model.label, checkpoint, updates)
-        return {model.label: [bucket for bucket in self.buckets if bucket not in done]}
+    def score_command(self, context, label, checkpoint, jobs, flags):
+        return module("exact_match", checkpoint, context.binarized, os.path.join(context.data, "text", "buckets.txt"),
+                      context.results, "--label", label, "--fields", context.row_fields(checkpoint))
 
-    def floor_command(self, run):
+    def missing(self, context, job, identity, updates):
+        done = exact_match.scored_buckets(result_rows.read_rows(context.results), job.model.label, job.checkpoint, updates)
+        return {job.model.label: [bucket for bucket in self.buckets if bucket not in done]}
+
+    def floor_command(self, context):
         return None
 
     @staticmethod
@@ -130,15 +139,15 @@ class EncoderDecoder:
     def tables(self, rows, out):
         return synthetic_table.write_table(rows, out) if rows else ""
 
-    def grid(self, run):
+    def grid(self, context):
         return f"scored by exact match on {len(self.buckets)} size buckets"
 
 
-def train_once(run, model, seed, save, common):
+def train_once(context, job, data):
     """train_once's command (it writes the log and measures): the recipe's fairseq-train command."""
-    return module("train_once", save, f"{model.label} (seed {seed})", "--",
-                  "fairseq-train", run.binarized, "--save-dir", save, "--user-dir", "fairseq_alibi", "--arch", model.method,
-                  *recipes.recipe(run.experiment.recipe, run.train_length(model), 1, run.updates), *common)
+    return module("train_once", job.save_dir, f"{job.model.label} (seed {job.seed})", "--",
+                  "fairseq-train", data, "--save-dir", job.save_dir, "--user-dir", "fairseq_alibi", "--arch", job.model.method,
+                  *recipes.recipe(context.experiment.recipe, job.train_length, 1, context.updates), *job.flags)
 
 
 KINDS = {kind.name: kind for kind in (CausalLM, MaskedLM, EncoderDecoder)}

@@ -206,6 +206,33 @@ def hold_run(save_dir):
     return lock
 
 
+def wait_for_run(save_dir):
+    """Return once no training holds SAVE_DIR/.train.lock (at once where none does)."""
+    import fcntl
+    import os
+
+    lock = os.open(os.path.join(save_dir, ".train.lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    finally:
+        os.close(lock)
+
+
+def kept_checkpoint(save_dir, updates, results=""):
+    """fairseq's checkpoint_EPOCH_UPDATES.pt of a run after `updates`; where the run is not here, the one
+    results' rows name (the epoch is fairseq's to say); else a pattern no file matches."""
+    import os
+    import re
+
+    from fairseq_alibi_lab.result_rows import read_rows
+
+    pattern = re.compile(re.escape(os.path.join(save_dir, "checkpoint_")) + rf"\d+_{updates}\.pt")
+    found = sorted(os.path.join(save_dir, name) for name in (os.listdir(save_dir) if os.path.isdir(save_dir) else ())
+                   if pattern.fullmatch(os.path.join(save_dir, name)))
+    named = [r["checkpoint"] for r in read_rows(results) if pattern.fullmatch(r.get("checkpoint") or "")] if results else []
+    return (found or named or [os.path.join(save_dir, f"checkpoint_?_{updates}.pt")])[0]
+
+
 def run_status(save_dir, arch, length, max_update, other_ok=False, flags=None):
     """("new" | "resume" | "finished", updates done): a run is finished when its checkpoint_last.pt
     has reached max_update updates. Raises RunConflict (one line) for an unreadable checkpoint, and,

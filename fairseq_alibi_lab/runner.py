@@ -14,210 +14,136 @@ machine; nothing is deleted, so the same command continues a stopped run. The un
 table's floor row; tables and figures are rebuilt after each job; OUT/runs.jsonl records each
 invocation (command, commit, machine, threads) as it starts and with its wall time as it ends.
 """
+import dataclasses
 import fcntl
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from fairseq_alibi.tools import checkpoints, files, provenance  # noqa: E402  (no fairseq or torch import)
-from fairseq_alibi_lab import recipes, result_rows  # noqa: E402
+from fairseq_alibi.tools import files, provenance  # noqa: E402  (no fairseq or torch import)
+from fairseq_alibi_lab import jobs as jobs_of, result_rows  # noqa: E402
 from fairseq_alibi_lab.result_rows import append_lines, append_new, left_out, read_rows  # noqa: E402
-from fairseq_alibi_lab.experiments import COMMITTED, EXPERIMENTS, base, declared_updates, names, slug  # noqa: E402
+from fairseq_alibi_lab.experiments import COMMITTED, declared_updates, names, slug  # noqa: E402
 from fairseq_alibi_lab.kinds import kind_of  # noqa: E402
 from fairseq_alibi_lab.processes import duration, follow, one_preparation_at_a_time, relayed, stopped_together  # noqa: E402
-from fairseq_alibi_lab.prepare import SEPARATOR  # noqa: E402  (what prepare --documents writes between articles)
-
-# Label suffix -> the evaluation's --model-overrides.
-DOCUMENT_SCORINGS = dict(zip(base.DOCUMENT_SCORINGS, (f"{{'document_separator': '{SEPARATOR}'}}",
-                                                      "{'document_separator': None}")))
 
 
 class Runner:
     def __init__(self, name, experiment, args):
         self.kind, self.stages = kind_of(experiment.recipe), experiment.stages
         self.name, self.experiment, self.args = name, experiment, args
-        self.length = args.train_length or experiment.train_length
-        self.seeds = tuple(args.seeds or experiment.seeds)
-        self.updates = args.updates or declared_updates(experiment, self.length)
-        self.out = args.out or os.path.join("runs", name)
-        self.checkpoints = args.checkpoints or os.path.join("checkpoints", experiment.checkpoints or name)
+        length = args.train_length or experiment.train_length
         self.models = [m for m in experiment.models if not args.models or set(names(m)) & set(args.models)]
-        self.lengths = sorted({lv for m in self.models for lv in self.model_lengths(m)})  # the floor's, the tables'
-        self.results = os.path.join(self.out, "results.jsonl")
-        # What every row records of the run; train_flags also keys "already done" (identity_problem).
-        self.fields = json.dumps({"experiment": name, "recipe": experiment.recipe, "train_flags": shlex.join(args.train_flags)})
+        # What kinds and stages are given (jobs.Context): the command line ends here.
+        self.context = jobs_of.Context(
+            name, experiment, length, tuple(args.seeds or experiment.seeds), args.updates or declared_updates(experiment, length),
+            args.out or os.path.join("runs", name), args.checkpoints or os.path.join("checkpoints", experiment.checkpoints or name),
+            given_lengths=tuple(args.lengths or ()), train_flags=tuple(args.train_flags),
+            task_flags=tuple(getattr(args, "task_flags", None) or ()), given_data=args.data or "")
+        self.context = dataclasses.replace(self.context, lengths=tuple(sorted(
+            {lv for m in self.models for lv in self.context.model_lengths(m)})))  # the floor's, the tables'
+        self.out, self.results = self.context.out, self.context.results
 
-    def train_length(self, model):
-        return model.train_multiple * self.length
+    def job(self, model, seed):
+        return jobs_of.build(self.context, model, seed)
 
-    def row_fields(self, checkpoint):
-        """What every row of checkpoint records of the run (self.fields), and the training data its run
-        recorded (recipes.TRAINING_DATA; none for a checkpoint not trained by scripts/train.sh)."""
-        trained_on = recipes.recorded_training_data(os.path.dirname(checkpoint))
-        return json.dumps({**json.loads(self.fields), **({"train_data_sha256": trained_on} if trained_on else {})})
-
-    def model_lengths(self, model):
-        """The L_valid values model is scored at (--lengths, else its multiples or the experiment's, of L)."""
-        lengths = self.args.lengths or [m * self.length for m in model.multiples or self.experiment.multiples]
-        return [lv for lv in lengths if not model.longest or lv <= model.longest * self.train_length(model)]
-
-    def save_dir(self, model, seed):
-        if model.shared:  # the other experiment's own directory (default checkpoints)
-            experiment, label = model.shared
-            return os.path.join("checkpoints", EXPERIMENTS[experiment].checkpoints or experiment,
-                                f"{slug(label)}-L{self.train_length(model)}-s{seed}")
-        length = f"-L{self.train_length(model)}" if self.kind.length_in_names else ""
-        return os.path.join(self.checkpoints, f"{model.directory or slug(model.label)}{length}-s{seed}")
-
-    def checkpoint(self, model, seed):
-        """The checkpoint scored for (model, seed): the last of its training, the one it kept after
-        kept_at's updates, or the prepared one it is."""
-        if not model.method and not model.shared:
-            return self.stages.prepared(model.start, self, seed, False)
-        if model.kept_at:
-            return self.kept(model, seed)
-        return os.path.join(self.save_dir(model, seed), "checkpoint_last.pt")
-
-    def kept(self, model, seed):
-        """fairseq's checkpoint_EPOCH_UPDATES.pt after kept_at's updates; where the run is not here,
-        the one the results name (the epoch is fairseq's to say)."""
-        save, updates = self.save_dir(model, seed), self.stages.prepared_updates(model.kept_at, self, seed)
-        pattern = re.compile(re.escape(os.path.join(save, "checkpoint_")) + rf"\d+_{updates}\.pt")
-        found = sorted(os.path.join(save, name) for name in (os.listdir(save) if os.path.isdir(save) else ())
-                       if pattern.fullmatch(os.path.join(save, name)))
-        named = [r["checkpoint"] for r in read_rows(self.results) if pattern.fullmatch(r.get("checkpoint") or "")]
-        return (found or named or [os.path.join(save, f"checkpoint_?_{updates}.pt")])[0]
-
-    def training_updates(self, model, seed):
-        """The --max-update model's run trains to: its own or the experiment's (+ plus's)."""
-        return (model.updates or self.updates) + (self.stages.prepared_updates(model.plus, self, seed) if model.plus else 0)
-
-    def model_updates(self, model, seed=None):
-        """The updates a scored row of model names: the shared experiment's, the prepared checkpoint's
-        where it is scored as it is (an import: none), kept_at's, else its training's."""
-        if model.shared:
-            return declared_updates(EXPERIMENTS[model.shared[0]], self.length)
-        if not model.method:
-            return self.stages.prepared_updates(model.start, self, seed)
-        return self.stages.prepared_updates(model.kept_at, self, seed) if model.kept_at else self.training_updates(model, seed)
-
-    def model_seeds(self, model, seeds):
-        return [s for s in seeds if not model.seeds or s in model.seeds]
-
-    def flags(self, model, seed):
-        """model's flags, a "{name}" made and replaced by its prepared checkpoint; --finetune-from-model
-        its start; before them, a plugin model's kernel rule where the experiment names one."""
-        named = [self.stages.prepared(f[1:-1], self, seed, True) if re.fullmatch(r"\{\w+\}", f) else f for f in model.flags]
-        return base.kernel_flags(self.experiment, model) + named + (["--finetune-from-model", self.stages.prepared(model.start, self, seed, True)] if model.start else [])
-
-    def take_shared(self):
-        """The committed rows of the shared models' runs, relabelled, into OUT (those it lacks); one
+    def take_shared(self, jobs):
+        """The committed rows of the borrowed models' runs, relabelled, into OUT (those it lacks); one
         line naming the command where some are missing."""
-        for model in self.models:
-            if not model.shared:
+        for job in jobs:
+            if not job.borrowed:
                 continue
-            experiment, label = model.shared
-            wanted = {self.checkpoint(model, seed) for seed in self.seeds}
-            rows = [dict(r, label=model.label) for r in read_rows(os.path.join(COMMITTED, experiment, "results.jsonl"))
-                    if r.get("label") == label and r.get("checkpoint") in wanted and r.get("scaling", "none") == "none"
-                    and r.get("updates") == self.model_updates(model)]
+            experiment, label = job.borrowed
+            rows = [dict(r, label=job.model.label) for r in read_rows(os.path.join(COMMITTED, experiment, "results.jsonl"))
+                    if r.get("label") == label and r.get("checkpoint") == job.checkpoint and r.get("scaling", "none") == "none"
+                    and r.get("updates") == job.updates]
             append_new(self.results, rows)
-            for seed in self.seeds:
-                if any(self.missing(model, self.checkpoint(model, seed), self.model_updates(model)).values()):
-                    raise SystemExit(f"error: {COMMITTED}/{experiment}/results.jsonl lacks rows of {label} (seed {seed}) "
-                                     f"that {self.name} shows: run scripts/experiment.py {experiment} --models {slug(label)} "
-                                     f"--seeds {seed} and commit its results first")
+            if any(self.missing(job, job.updates).values()):
+                raise SystemExit(f"error: {COMMITTED}/{experiment}/results.jsonl lacks rows of {label} (seed {job.seed}) "
+                                 f"that {self.name} shows: run scripts/experiment.py {experiment} --models {slug(label)} "
+                                 f"--seeds {job.seed} and commit its results first")
 
-    def train(self, model, seed, save=None, updates=None):
+    def made(self, job):
+        """The job once the prepared checkpoints it needs are made (its flags name them where they are)."""
+        if not job.needs:
+            return job
+        def train(model, seed, save, updates):  # a prepared checkpoint's own training (a conversion's teacher)
+            return self.train(jobs_of.build(self.context, model, seed, save, updates))
+
+        for name in job.needs:
+            self.stages.prepared.make(name, self.context, job.seed, train)
+        return jobs_of.build(self.context, job.model, job.seed)
+
+    def train(self, job):
         """The kind's trainer, which resumes an interrupted run and leaves a finished one; its log is
         appended to SAVE/train.log, its time and memory to SAVE/resources.jsonl. Returns the
-        checkpoint scored. save, updates: a prepared checkpoint's own run (the conversion's teacher),
-        else the model's."""
-        if not model.method:  # a prepared checkpoint, scored as it is
-            return self.stages.prepared(model.start, self, seed, True)
-        save = save or self.save_dir(model, seed)
-        updates = updates or self.training_updates(model, seed)
-        os.makedirs(save, exist_ok=True)
-        common = [*self.experiment.train_flags, *self.flags(model, seed), "--seed", str(seed), "--max-update", str(updates),
-                  "--log-interval", "50", "--no-progress-bar", *self.args.train_flags]
-        command, log_path = self.kind.train_command(self, model, seed, save, common)
+        checkpoint scored."""
+        if not job.trains:  # a prepared checkpoint, scored as it is
+            return job.checkpoint
+        os.makedirs(job.save_dir, exist_ok=True)
+        data = self.kind.training_data(self.context, job.train_length)
+        command, log_path = self.kind.train_command(self.context, job, data)
         with open(log_path or os.devnull, "a") as log:  # no log path: the trainer writes its own
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
             with stopped_together(proc):
-                follow(proc, log, self.kind.where, updates)
+                follow(proc, log, self.kind.where, job.train_updates)
         if proc.wait() != 0:  # the log's last line says why (a one-line refusal, fairseq's exception)
-            with open(os.path.join(save, "train.log")) as log:
+            with open(os.path.join(job.save_dir, "train.log")) as log:
                 why = ([line.strip() for line in log if line.strip()] or ["(no output)"])[-1]
-            raise SystemExit(f"error: training {model.label} (seed {seed}) failed: {why} (the whole log: {save}/train.log)")
-        return self.checkpoint(model, seed) if save == self.save_dir(model, seed) else os.path.join(save, "checkpoint_last.pt")
+            raise SystemExit(f"error: training {job.model.label} (seed {job.seed}) failed: {why} "
+                             f"(the whole log: {job.save_dir}/train.log)")
+        return job.checkpoint
 
-    def evaluations(self, model):
-        """(scaling, L_valid, stride) to score: every length and stride; scalings past L only (at L
-        they change nothing)."""
-        lengths = self.model_lengths(model)
-        jobs = [("none", lv, s) for lv in lengths for s in self.experiment.strides]
-        jobs += [(sc, lv, s) for sc in model.scalings for lv in lengths if lv > self.train_length(model)
-                 for s in self.experiment.strides]
-        return jobs
-
-    def scorings(self, model):
-        """(row label, extra fairseq-eval-lm flags) of each way the model is scored."""
-        if not self.experiment.documents:
-            return [(model.label, [])]
-        return [(f"{model.label}, {suffix}", ["--model-overrides", overrides])
-                for suffix, overrides in DOCUMENT_SCORINGS.items()]
-
-    def evaluate(self, model, checkpoint):
+    def evaluate(self, job):
         """Score what is missing from the results, in one scorer process per scoring (where
         only some is missing, the lengths, strides and scalings it spans are all scored again)."""
-        missing = self.missing(model, checkpoint, checkpoints.checkpoint_summary(checkpoint)[2])
-        for label, flags in self.scorings(model):
+        from fairseq_alibi.tools import checkpoints
+
+        missing = self.missing(job, checkpoints.checkpoint_summary(job.checkpoint)[2])
+        for label, flags in job.scorings:
             if missing[label]:
-                self.score(label, checkpoint, missing[label], flags)
+                self.score(label, job.checkpoint, missing[label], flags)
         return any(missing.values())
 
-    def missing(self, model, checkpoint, updates):
-        """Each scoring's label -> what the results lack for checkpoint (the kind's measurements)."""
-        return self.kind.missing(self, model, checkpoint, updates)
+    def missing(self, job, updates):
+        """Each scoring's label -> what the results lack for the job's checkpoint (the kind's measurements)."""
+        return self.kind.missing(self.context, job, self.identity(job), updates)
 
-    def identity(self, model, checkpoint):
-        """What rows of checkpoint must record to be this run's (result_rows.identity_problem): the file now
-        at its path, the data scored, the training flags and data (a shared model's are its own
+    def identity(self, job):
+        """What rows of the job's checkpoint must record to be this run's (result_rows.identity_problem): the
+        file now at its path, the data scored, the training flags and data (a borrowed model's are its own
         experiment's)."""
+        checkpoint, data = job.checkpoint, self.context.data  # no data: --tables
         identity = {"checkpoint_sha256": files.fingerprint(checkpoint) if os.path.isfile(checkpoint) else None,
-                    "data_sha256": None, "train_flags": None if model.shared else shlex.join(self.args.train_flags),
+                    "data_sha256": None, "train_flags": None if job.borrowed else shlex.join(self.context.train_flags),
                     "train_data_sha256": None}
-        data = getattr(self, "data", None)  # set by run(); --tables has none
-        if data and os.path.isfile(os.path.join(data, f"{self.experiment.split}.idx")):
-            identity["data_sha256"] = files.data_fingerprint(data, self.experiment.split)
-        if data and not model.shared and os.path.isfile(os.path.join(data, "train.idx")):
+        if data and os.path.isfile(os.path.join(data, f"{self.context.split}.idx")):
+            identity["data_sha256"] = files.data_fingerprint(data, self.context.split)
+        if data and not job.borrowed and os.path.isfile(os.path.join(data, "train.idx")):
             identity["train_data_sha256"] = files.data_fingerprint(data, "train")
         return identity
 
-    def scored_elsewhere(self, model, seed):
-        """Every row of (model, seed) at the declared updates is in the results, but its checkpoint is
-        not here (a fresh machine, the rows kept in git): it is done, not trained again."""
-        checkpoint = self.checkpoint(model, seed)
-        return not os.path.exists(checkpoint) and not any(self.missing(model, checkpoint, self.model_updates(model, seed)).values())
+    def scored_elsewhere(self, job):
+        """Every row of the job at its updates is in the results, but its checkpoint is not here (a fresh
+        machine, the rows kept in git): it is done, not trained again."""
+        return not os.path.exists(job.checkpoint) and not any(self.missing(job, job.updates).values())
 
     def orphaned(self, jobs):
-        """The (model, seed) runs of which OUT holds some rows but not all, of a checkpoint that is not
-        here (a fresh machine, the rows kept in git): trained again, each would be another checkpoint
-        file, whose rows cannot join these (result_rows.identity_problem), found only after its training."""
+        """The jobs of which OUT holds some rows but not all, of a checkpoint that is not here (a fresh
+        machine, the rows kept in git): trained again, each would be another checkpoint file, whose rows
+        cannot join these (result_rows.identity_problem), found only after its training."""
         named = {r.get("checkpoint") for name in self.scored_files() for r in read_rows(os.path.join(self.out, name))}
-        return [f"{model.label} seed {seed}" for model, seed in jobs if not model.shared
-                for checkpoint in [self.checkpoint(model, seed)]
-                if checkpoint in named and not os.path.exists(checkpoint) and not self.scored_elsewhere(model, seed)]
+        return [f"{job.model.label} seed {job.seed}" for job in jobs if not job.borrowed
+                and job.checkpoint in named and not os.path.exists(job.checkpoint) and not self.scored_elsewhere(job)]
 
     def score(self, label, checkpoint, jobs, flags):
         """The kind's scorer on what the results lack, in a process of its own; its last error line if it fails."""
-        proc = subprocess.Popen(self.kind.score_command(self, label, checkpoint, jobs, flags), stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(self.kind.score_command(self.context, label, checkpoint, jobs, flags), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
         with stopped_together(proc):
             errors = relayed(proc, "scoring ")  # its progress shown as it comes, all of it kept
@@ -230,20 +156,21 @@ class Runner:
 
     def floor(self):
         """The kind's floor row (the unigram's, once per length and stride) and the experiment's own floors."""
-        command = self.kind.floor_command(self)
+        command = self.kind.floor_command(self.context)
         if command is None:
             return
         if self.stages.floors:  # a task's own floors, from its test prompts (retrieval's)
-            self.stages.floors(self)
+            self.stages.floors(self.context)
         subprocess.run(command, check=True)
 
     def tabulate(self):
         """Tables and figures from the rows of the declared runs at the declared updates (earlier
         rows, of other recipes or runs, stay in the file but not in the tables): every declared
         model's and seed's, whatever part of them this invocation ran (--models, --seeds)."""
-        models, seeds = self.experiment.models, sorted({*self.experiment.seeds, *self.seeds})
-        lengths = {lv for m in models for lv in self.model_lengths(m)}
-        updates = {self.checkpoint(m, s): self.model_updates(m, s) for m in models for s in self.model_seeds(m, seeds)}
+        models, seeds = self.experiment.models, sorted({*self.experiment.seeds, *self.context.seeds})
+        jobs = [self.job(m, s) for m in models for s in seeds_of(m, seeds)]
+        lengths = {lv for job in jobs for lv in job.lengths}
+        updates = {job.checkpoint: job.updates for job in jobs}
         every = read_rows(self.results)
         rows = [r for r in every if self.kind.declared(r, updates, lengths)]
         if self.args.tables and len(rows) < len(every):  # said, never dropped unseen
@@ -267,9 +194,11 @@ class Runner:
             problem = self.stages.data_problem(self.args.data)
             if problem:
                 raise SystemExit(f"error: {problem}")
-        self.data, self.binarized = one_preparation_at_a_time(lambda: self.kind.prepare(self))
+        data, binarized = one_preparation_at_a_time(lambda: self.kind.prepare(self.context))
+        self.context = dataclasses.replace(self.context, data=data, binarized=binarized)
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        jobs = [(m, s) for s in self.seeds for m in self.models if s in self.model_seeds(m, self.seeds)]  # seed by seed
+        seeds = self.context.seeds
+        jobs = [self.job(m, s) for s in seeds for m in self.models if s in seeds_of(m, seeds)]  # seed by seed
         record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance.commit(),
                   "machine": provenance.machine(), "started": started, "jobs": len(jobs),
                   # the float summation order, so a training's trajectory, depends on it
@@ -277,12 +206,12 @@ class Runner:
         invocations = os.path.join(self.out, "runs.jsonl")
         # Recorded as it starts, so that a run killed outright (a session's end) still leaves its line.
         append_lines(invocations, [json.dumps(dict(record, event="started"))])
-        print(f"== {self.name}: {len(self.models)} models x {len(self.seeds)} seeds, {self.experiment.recipe} recipe, "
-              f"{self.updates} updates {self.kind.grid(self)} -> {self.out}", flush=True)
+        print(f"== {self.name}: {len(self.models)} models x {len(seeds)} seeds, {self.experiment.recipe} recipe, "
+              f"{self.context.updates} updates {self.kind.grid(self.context)} -> {self.out}", flush=True)
         try:
             if self.args.retire:  # their rows out of the tables, kept with why, before anything is asked of them
                 here = {c: files.fingerprint(c) if os.path.isfile(c) else None
-                        for c in (self.checkpoint(m, s) for m, s in jobs if not m.shared)}
+                        for c in (job.checkpoint for job in jobs if not job.borrowed)}
                 moved, kept = result_rows.retire(self.out, self.scored_files(), here, self.args.retire)
                 print(f"    {moved} rows retired to {self.out}/{result_rows.RETIRED}: {self.args.retire}"
                       + (f"; {kept} rows scored on the checkpoints here kept (this training's)" if kept else ""), flush=True)
@@ -290,10 +219,10 @@ class Runner:
             if orphaned:
                 raise SystemExit(f"error: {self.out} holds some rows of {', '.join(orphaned)}, scored on checkpoints that are "
                                  "not on this machine: trained again they would be other checkpoint files, whose rows "
-                                 f"cannot join those. Carry the checkpoints ({self.checkpoints}) here to continue, "
+                                 f"cannot join those. Carry the checkpoints ({self.context.checkpoints}) here to continue, "
                                  "--retire WHY to keep those rows aside and run them anew, or give another --out")
             self.floor()
-            self.take_shared()
+            self.take_shared(jobs)
             if self.args.parallel > 1:
                 self.run_parallel(jobs, start)
             else:
@@ -312,21 +241,22 @@ class Runner:
 
     def run_in_turn(self, jobs, start):
         worked = []  # seconds of the jobs that did work (for the estimate)
-        for number, (model, seed) in enumerate(jobs, 1):
+        for number, job in enumerate(jobs, 1):
             job_start = time.time()
             elapsed = job_start - start
             left = f", about {duration(sum(worked) / len(worked) * (len(jobs) - number + 1))} left" if worked else ""
-            print(f"== [{number}/{len(jobs)}] {model.label}, seed {seed} ({duration(elapsed)} so far{left})", flush=True)
-            if model.shared:
-                print(f"    {model.shared[0]}'s run (its committed rows): nothing to do", flush=True)
+            print(f"== [{number}/{len(jobs)}] {job.model.label}, seed {job.seed} ({duration(elapsed)} so far{left})", flush=True)
+            if job.borrowed:
+                print(f"    {job.borrowed[0]}'s run (its committed rows): nothing to do", flush=True)
                 continue
-            if self.scored_elsewhere(model, seed):
+            if self.scored_elsewhere(job):
                 print("    already scored (its checkpoint is not on this machine): nothing to do", flush=True)
                 continue
-            checkpoint = self.train(model, seed)
-            scored = self.evaluate(model, checkpoint)
+            job = self.made(job)
+            self.train(job)
+            scored = self.evaluate(job)
             if self.stages.score:
-                scored = self.stages.score(self, model, seed, checkpoint) or scored
+                scored = self.stages.score(self.context, job) or scored
             if scored and number < len(jobs):
                 self.tabulate()  # what is done so far, in case the run is stopped
             if time.time() - job_start > 30:
@@ -336,22 +266,24 @@ class Runner:
         """Each (model, seed) by a runner of its own (its rows in OUT/parts/<run>), --parallel at a
         time (small models leave a GPU, or many cores, mostly idle); each part's rows are appended
         to OUT/results.jsonl as it ends. Stopped and rerun, it continues as run_in_turn does."""
-        waiting, running, failed = [job for job in jobs if not job[0].shared and not self.scored_elsewhere(*job)], {}, []
+        waiting, running, failed = [job for job in jobs if not job.borrowed and not self.scored_elsewhere(job)], {}, []
+        waiting.sort(key=lambda job: bool(job.needs))  # those that continue another's run after it (stable: seed by seed)
         if len(waiting) < len(jobs):
             print(f"== {len(jobs) - len(waiting)} of {len(jobs)} already scored (their checkpoints are not on this "
                   "machine): nothing to do for them", flush=True)
         while waiting or running:
             while waiting and len(running) < self.args.parallel:
-                model, seed = waiting.pop(0)
-                part = os.path.join(self.out, "parts", os.path.basename(self.save_dir(model, seed)))
-                self.start_part(model, seed, part)
+                job = waiting.pop(0)
+                model, seed, context = job.model, job.seed, self.context
+                part = os.path.join(self.out, "parts", job.run_name())
+                self.start_part(job, part)
                 # The part runs what this run was started as (scripts/experiment.py, an experiment's own file).
                 command = [sys.executable, os.path.abspath(sys.argv[0]), self.name, "--models", names(model)[2],
-                           "--seeds", str(seed), "--out", part, "--checkpoints", self.checkpoints, "--data", self.data,
-                           "--updates", str(self.updates), "--train-length", str(self.length),
-                           *(["--lengths", *map(str, self.args.lengths)] if self.args.lengths else []),
-                           "--train-flags", shlex.join(self.args.train_flags),
-                           *(["--task-flags", shlex.join(self.args.task_flags)] if self.args.task_flags else [])]
+                           "--seeds", str(seed), "--out", part, "--checkpoints", context.checkpoints, "--data", context.given_data or context.data,
+                           "--updates", str(context.updates), "--train-length", str(context.length),
+                           *(["--lengths", *map(str, context.given_lengths)] if context.given_lengths else []),
+                           "--train-flags", shlex.join(context.train_flags),
+                           *(["--task-flags", shlex.join(context.task_flags)] if context.task_flags else [])]
                 # Unless told, the parts share the cores out: N parts of a thread per core each would
                 # oversubscribe them N times.
                 threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // self.args.parallel))
@@ -380,11 +312,11 @@ class Runner:
         """The files under OUT that rows go to: results.jsonl, and the scorer's own (Stages.rows)."""
         return (os.path.basename(self.results), *self.stages.rows)
 
-    def start_part(self, model, seed, part):
-        """A part begins with the rows OUT already holds for its (model, seed), and the floor's, so
-        that its runner scores only what OUT lacks (a run begun one at a time, continued in parallel)."""
+    def start_part(self, job, part):
+        """A part begins with the rows OUT already holds for its job, and the floor's, so that its
+        runner scores only what OUT lacks (a run begun one at a time, continued in parallel)."""
         os.makedirs(part, exist_ok=True)
-        checkpoint = self.checkpoint(model, seed)
+        checkpoint = job.checkpoint
         for name in self.scored_files():
             append_new(os.path.join(part, name), [r for r in read_rows(os.path.join(self.out, name))
                                                   if r.get("checkpoint") == checkpoint or r.get("model") == "unigram"])
@@ -394,3 +326,8 @@ class Runner:
         for name in self.scored_files():
             append_new(os.path.join(self.out, name), [r for r in read_rows(os.path.join(part, name))
                                                       if r.get("model") != "unigram"])
+
+
+def seeds_of(model, seeds):
+    """The seeds of `seeds` a model is run for (its own, where it declares some)."""
+    return [s for s in seeds if not model.seeds or s in model.seeds]

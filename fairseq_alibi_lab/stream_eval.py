@@ -135,7 +135,7 @@ def method_of(arch):
     return head if found else "sinusoidal"
 
 
-def score_model(runner, model, seed, checkpoint):
+def score_model(context, job):
     """The model's streaming perplexity into OUT/streaming.jsonl (the sink counts it lacks), in a process
     of its own (the runner imports no fairseq); True if it scored anything."""
     import subprocess
@@ -143,27 +143,28 @@ def score_model(runner, model, seed, checkpoint):
     from fairseq_alibi.tools.files import data_fingerprint
     from fairseq_alibi_lab.result_rows import read_rows
 
+    model, checkpoint = job.model, job.checkpoint
     if not streams(model.method):
         return False
-    out = os.path.join(runner.out, ROWS)
-    cache = runner.train_length(model)
+    out = os.path.join(context.out, ROWS)
+    cache = job.train_length
     rows = [r for r in (read_rows(out) if os.path.exists(out) else []) if r.get("cache") == cache]
     scored = False
-    for split in (runner.experiment.split, *(s for s in SPLITS if s != runner.experiment.split)):
-        if not os.path.exists(os.path.join(runner.data, f"{split}.idx")):
+    for split in (context.split, *(s for s in SPLITS if s != context.split)):
+        if not os.path.exists(os.path.join(context.data, f"{split}.idx")):
             continue
         # A row streamed another text under this split's name is not this one's (rows from before the
         # text's fingerprint was recorded are taken as they are).
-        text = data_fingerprint(runner.data, split)
+        text = data_fingerprint(context.data, split)
         have = {r["sinks"] for r in rows if r["checkpoint"] == checkpoint and r.get("split") == split
                 and r.get("data_sha256") in (None, text)}
         missing = [sinks for sinks in SINKS if sinks not in have]
         if not missing:
             continue
         print(f"    streaming the {split} split: cache {cache}, sinks {' '.join(map(str, missing))}", flush=True)
-        done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.stream_eval", checkpoint, runner.data, out,
+        done = subprocess.run([sys.executable, "-m", "fairseq_alibi_lab.stream_eval", checkpoint, context.data, out,
                                "--cache", str(cache), "--sinks", *map(str, missing), "--label", model.label,
-                               "--split", split, "--fields", runner.row_fields(checkpoint)], stdout=subprocess.DEVNULL,
+                               "--split", split, "--fields", context.row_fields(checkpoint)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
         if done.returncode:
             raise SystemExit((done.stderr.strip().splitlines() or [f"error: streaming {model.label} failed"])[-1])

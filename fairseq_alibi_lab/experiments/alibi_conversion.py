@@ -2,7 +2,9 @@
 fairseq_alibi_lab/conversion.py) and a GPT-2 imported from transformers (gpt2_conversion.py)."""
 from fairseq_alibi_lab import conversion, gpt2_conversion
 from fairseq_alibi_lab.claims import Claim
-from fairseq_alibi_lab.experiments.base import BEFORE_SEPARABLE, Experiment, Model, Stages, register
+import functools
+
+from fairseq_alibi_lab.experiments.base import BEFORE_SEPARABLE, Experiment, Model, Prepared, Stages, register
 from fairseq_alibi_lab.gpt2_conversion import IMPORTED
 
 # Give an existing model ALiBi (fairseq_alibi_lab/conversion.py: the teacher, the conversion, the
@@ -48,10 +50,15 @@ register("conversion", Experiment(
      Model("ALiBi from scratch (1400)", "alibi", KEEP_EVERY_50, directory="alibi", plus="teacher", kept_at="teacher"),
      Model("ALiBi from scratch (1600)", "alibi", KEEP_EVERY_50, directory="alibi", plus="teacher")),
     updates=200,
-    stages=Stages(prepared=conversion.checkpoint, prepared_updates=conversion.updates, score=conversion.score_model,
+    stages=Stages(prepared=Prepared(conversion.path, conversion.updates,
+                                    functools.partial(conversion.make, teacher_model=Model("Sinusoidal teacher", "sinusoidal"))),
+                  score=conversion.score_model,
                   rows=(conversion.ROWS,), report=conversion.report),
     claims=CONVERSION, kernel_rule=BEFORE_SEPARABLE))
 
+
+# A GPT-2 trained with transformers and imported, and its ALiBi conversion, for each seed (gpt2_conversion.py).
+GPT2_PREPARED = Prepared(gpt2_conversion.path, gpt2_conversion.updates, gpt2_conversion.make)
 
 # The conversion of a GPT-2 (issue 44's experiment): its fine-tunes take 200 updates (the conversion's
 # FINETUNE), from a GPT-2 that trained for the small recipe's 1400; the GPT-2 and its continuation
@@ -91,4 +98,4 @@ register("gpt2-alibi", Experiment(
      Model(DISTILLED, "alibi", DISTILLATION, start="converted"),
      Model("ALiBi from scratch (comparison)", "alibi", shared=("comparison", "ALiBi"))),
     recipe="gpt2_small", updates=200,
-    stages=Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates), claims=GPT2_ALIBI, kernel_rule=BEFORE_SEPARABLE))
+    stages=Stages(prepared=GPT2_PREPARED), claims=GPT2_ALIBI, kernel_rule=BEFORE_SEPARABLE))

@@ -57,21 +57,47 @@ class Model:
 
 
 @dataclasses.dataclass(frozen=True)
+class Prepared:
+    """Checkpoints an experiment makes for its models to start from, continue or be (Model.start, plus,
+    kept_at, a flag "{name}"): an import, a conversion's teacher, a curriculum's first stage. context is
+    the run's jobs.Context."""
+    path: Callable  # path(name, context, seed) -> where it is, made or not (the same before and after)
+    updates: Callable  # updates(name, context, seed) -> the training updates it holds
+    # make(name, context, seed, train): made where missing; train(model, seed, save_dir, updates) runs the
+    # kind's trainer on a model of the experiment's declaring (a conversion's teacher)
+    make: Callable
+
+
+@dataclasses.dataclass(frozen=True)
 class Stages:
-    """An experiment's own stages, each a function the runner calls (None: the experiment has none).
-    `run` is the runner (its out, data, length, checkpoints, model_lengths, row_fields, train...)."""
-    data: Optional[Callable] = None  # data(run) -> the binarized directory every model trains and is scored on
+    """An experiment's own stages, each a function the runner calls (None: the experiment has none),
+    given the run's jobs.Context and a jobs.Job, never the runner."""
+    # data(context, length) -> the binarized directory the models trained at `length` train on (those trained
+    # at L are also scored on it)
+    data: Optional[Callable] = None
     data_problem: Optional[Callable] = None  # data_problem(directory) -> why a given --data cannot be used, or None
-    prepared: Optional[Callable] = None  # prepared(name, run, seed, make) -> the path of a Model.start checkpoint
-    prepared_updates: Optional[Callable] = None  # prepared_updates(name, run, seed) -> its training updates
-    floors: Optional[Callable] = None  # floors(run): the task's own floor rows, beside the unigram row
-    score: Optional[Callable] = None  # score(run, model, seed, checkpoint) -> True if it scored anything
+    prepared: Optional[Prepared] = None
+    floors: Optional[Callable] = None  # floors(context): the task's own floor rows, beside the unigram row
+    score: Optional[Callable] = None  # score(context, job) -> True if it scored anything
     rows: tuple = ()  # the files under OUT that `score` appends to (merged from parallel parts by name)
     report: Optional[Callable] = None  # report(rows, out) -> a table of its own from the declared runs' rows
     # Its rows as its claims' cells: claim_cells(results paths) -> claims.Cells (None: perplexity rows).
     claim_cells: Optional[Callable] = None
     # cells(experiment) -> every cell it scores, which its claims may name (None: perplexity_cells).
     cells: Optional[Callable] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Inclusion:
+    """Which seeds are scored past L, declared before training: a seed of a model is scored past L only where
+    measure(context, job) (after the job is scored at L) is at least at_least; an excluded seed is reported
+    (OUT/excluded.jsonl) and the next seed is trained in its place, until `wanted` seeds are included or
+    `most` were tried."""
+    measure: Callable  # measure(context, job) -> the job's value at L (its rows scored), or None
+    at_least: float
+    about: str  # the rule in words, for the tables
+    wanted: int = 5
+    most: int = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +127,7 @@ class Experiment:
     stages: Stages = Stages()
     # Its claims (claims.Claim), judged on its rows by scripts/claims.py; each names cells it scores.
     claims: tuple = ()
+    inclusion: Optional[Inclusion] = None  # None: every seed is scored at every length
 
 
 # auto's rule before the separable kernel joined it (it now trains learned slopes and FoX and evaluates
@@ -120,7 +147,7 @@ def kernel_flags(experiment, model):
 
 
 EXPERIMENTS = {}
-# The two ways a documents experiment scores each model (runner.DOCUMENT_SCORINGS: a row's label suffix).
+# The two ways a documents experiment scores each model (a row's label suffix; jobs.SCORING_OVERRIDES: how).
 DOCUMENT_SCORINGS = ("scored apart", "scored packed")
 
 

@@ -9,7 +9,7 @@ import os
 
 from fairseq_alibi_lab import gpt2_conversion
 from fairseq_alibi_lab.claims import Claim
-from fairseq_alibi_lab.experiments.alibi_conversion import DISTILLATION
+from fairseq_alibi_lab.experiments.alibi_conversion import DISTILLATION, GPT2_PREPARED
 from fairseq_alibi_lab.experiments.base import BEFORE_SEPARABLE, Experiment, Model, Stages, register, slug
 
 PEAKS = ("0.001", "0.0003", "0.0001")  # no re-warm-up: the peak from the first update, linear decay to 0
@@ -32,7 +32,7 @@ def chosen_peak(rows):
     return next((peak for peak in PEAKS if at_l[continued(peak)] <= at_l[IMPORTED]), PEAKS[-1])
 
 
-GPT2_STAGES = Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates)
+GPT2_STAGES = Stages(prepared=GPT2_PREPARED)
 
 register("gpt2-schedule", Experiment(
     "The fine-tune schedule for gpt2-alibi's rerun, chosen on the continued GPT-2 alone (seed 1, scored at L): the "
@@ -123,5 +123,5 @@ register("gpt2-alibi-2", Experiment(
      Model(DISTILLED_D, "alibi", SCHEDULE + DISTILLATION, start="converted"),
      Model(SCRATCH_D, "alibi", updates=1600)),
     recipe="gpt2_small", updates=200, checkpoints="gpt2-alibi-2",
-    stages=Stages(prepared=gpt2_conversion.checkpoint, prepared_updates=gpt2_conversion.updates, report=wall_time),
+    stages=Stages(prepared=GPT2_PREPARED, report=wall_time),
     claims=GPT2_ALIBI_2, kernel_rule=BEFORE_SEPARABLE))

@@ -18,7 +18,7 @@ from fairseq_alibi_lab import result_rows  # noqa: E402
 from fairseq_alibi_lab import processes  # noqa: E402
 from fairseq_alibi_lab import recipes  # noqa: E402
 from fairseq_alibi_lab import results  # noqa: E402
-from fairseq_alibi_lab import runner as experiment  # noqa: E402
+from fairseq_alibi_lab import experiments as experiment  # noqa: E402  (the declarations)
 
 
 def fake_checkpoint(path, arch="alibi_transformer_lm_small", length=64, updates=10):
@@ -265,24 +265,24 @@ def test_train_once_reads_finished_from_the_checkpoint_of_any_model_not_from_a_l
 
 
 def test_the_documents_experiment_scores_every_model_with_its_articles_apart_and_packed():
-    import argparse
     import ast
 
+    from fairseq_alibi_lab import jobs
+
     declared = experiment.EXPERIMENTS["documents"]
-    args = argparse.Namespace(train_length=None, seeds=None, updates=None, lengths=None, out=None, checkpoints=None,
-                              models=None, train_flags=[])
-    runner = experiment.Runner("documents", declared, args)
+    context = jobs.Context("documents", declared, declared.train_length, declared.seeds, 100, "out", "checkpoints")
     assert declared.documents and {m.method for m in declared.models} == {"alibi", "rotary"}
     apart = [m for m in declared.models if "--document-separator" in m.flags]
     assert len(apart) == 2 and all(m.flags[m.flags.index("--document-separator") + 1] == "<doc>" for m in apart)
     for model in declared.models:
-        scorings = dict(runner.scorings(model))
+        scorings = dict(jobs.build(context, model, 1).scorings)
         assert set(scorings) == {f"{model.label}, scored apart", f"{model.label}, scored packed"}
         overrides = {label: ast.literal_eval(flags[1]) for label, flags in scorings.items()}
         assert overrides[f"{model.label}, scored apart"] == {"document_separator": "<doc>"}
         assert overrides[f"{model.label}, scored packed"] == {"document_separator": None}
-    main = experiment.Runner("main", experiment.EXPERIMENTS["main"], args)
-    assert main.scorings(experiment.EXPERIMENTS["main"].models[0]) == [("Sinusoidal", [])]
+    main = experiment.EXPERIMENTS["main"]
+    plain = jobs.Context("main", main, main.train_length, main.seeds, 100, "out", "checkpoints")
+    assert jobs.build(plain, main.models[0], 1).scorings == (("Sinusoidal", ()),)
 
 
 def test_one_trainer_per_save_directory_and_a_stopped_one_leaves_no_orphan(tmp_path):
@@ -699,7 +699,6 @@ def test_the_lab_calls_its_stages_as_modules_and_nothing_imports_the_runner_back
         if not name.endswith(("experiment_cli.py", "runner.py")):
             assert not re.search(r"^\s*(from fairseq_alibi_lab import [\w, ]*\brunner\b|from fairseq_alibi_lab\.runner import|"
                                  r"import fairseq_alibi_lab\.runner)", text, re.M), name
-    assert sum(1 for _ in open(os.path.join(lab, "runner.py"))) < 400
 
 
 def test_a_scaling_whose_slopes_the_models_kernel_does_not_take_is_scored_on_sdpa():
@@ -863,7 +862,8 @@ def test_committed_experiments_train_and_score_on_the_kernels_of_their_rows():
             assert experiment.kernel_rule == BEFORE_SEPARABLE, name
             plain = dataclasses.replace(model, flags=tuple(f for f in model.flags if "{" not in f), start="")
             flags = experiment_runner_flags(experiment, plain)
-            assert flags[:2] == base.kernel_flags(experiment, model) == ["--attention-kernel", BEFORE_SEPARABLE]
+            first = len(experiment.train_flags)  # the experiment's flags, then the rule, then the model's own
+            assert flags[first:first + 2] == base.kernel_flags(experiment, model) == ["--attention-kernel", BEFORE_SEPARABLE]
             rule = last_value(flags, "--attention-kernel", "auto")
             positions = build_method(model.method, METHODS[model.method].Config(), 8, 16, 128)
             length = experiment.train_length * model.train_multiple
@@ -881,7 +881,7 @@ def test_committed_experiments_train_and_score_on_the_kernels_of_their_rows():
 
 def experiment_runner_flags(declared, model):
     """The flags the runner gives `model` of experiment `declared` (no prepared checkpoint named)."""
-    import types
+    from fairseq_alibi_lab import jobs
 
-    return experiment.Runner.flags(types.SimpleNamespace(experiment=declared, stages=None), model, 1)
-
+    context = jobs.Context("test", declared, declared.train_length, declared.seeds, 100, "out", "checkpoints")
+    return list(jobs.build(context, model, 1).flags)

@@ -301,12 +301,11 @@ def test_prompts_past_16l_are_asked_with_the_models_long_scalings_only(tmp_path,
     monkeypatch.setattr(retrieval, "test_sets", lambda data, length: [
         (os.path.join(data, "test.jsonl"), [40, 80]), (os.path.join(data, retrieval.LONG_TESTS), [1280, 2560])])
     monkeypatch.setattr(retrieval, "in_process_of_its_own", lambda args, what: asked.append(args))
-    runner = types.SimpleNamespace(out=str(tmp_path), data="set", length=40, model_lengths=lambda m: [40, 80, 1280],
-                                   row_fields=lambda checkpoint: "{}")
+    context = types.SimpleNamespace(out=str(tmp_path), data="set", length=40, row_fields=lambda checkpoint: "{}")
     for model, past_16l in [(Model("Rotary", "rotary", scalings=("ntk", "yarn"), long_scalings=("yarn",)), ["yarn"]),
                             (Model("ALiBi", "alibi", scalings=("ntk",)), ["none", "ntk"])]:
         asked.clear()
-        retrieval.score_model(runner, model, 1, "c.pt")
+        retrieval.score_model(context, types.SimpleNamespace(model=model, checkpoint="c.pt", lengths=(40, 80, 1280)))
         scored = [(a[4], a[a.index("--scalings") + 1:a.index("--lengths")], a[a.index("--lengths") + 1:a.index("--fields")])
                   for a in asked if a[1] == "score"]
         assert scored == [(os.path.join("set", "test.jsonl"), ["none", *model.scalings], ["40", "80"]),

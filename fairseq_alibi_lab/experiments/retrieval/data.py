@@ -26,23 +26,24 @@ def made_otherwise(root, made="made.json", **wanted):
             "move the folder away, and the set is made again" if changed else None)
 
 
-def prepare_data(runner):
-    """data-bin/retrieval-L<L>-f<percent>: make's text and test prompts (task seed 1), binarized into
-    bin/ with WikiText-2's own dictionary (prepared first); each step skipped when done."""
+def prepare_data(context, length):
+    """data-bin/retrieval-L<length>-f<percent>: make's text (examples of at most `length` tokens) and test
+    prompts (task seed 1), binarized into bin/ with WikiText-2's own dictionary (prepared first), so that
+    the sets of every length share it; each step skipped when done."""
     import shutil
     import subprocess
 
     from fairseq_alibi_lab.prepare import wikitext2
 
     wikitext = wikitext2()
-    root = os.path.join("data-bin", f"retrieval-L{runner.length}-f{round(100 * FRACTION)}")  # another mixture, another set
+    root = os.path.join("data-bin", f"retrieval-L{length}-f{round(100 * FRACTION)}")  # another mixture, another set
     source = os.environ.get("WIKITEXT2_SOURCE") or os.path.join("..", "shared", "data", "wikitext-2")
     if not os.path.isfile(os.path.join(root, "test.jsonl")):
-        make(root, source, runner.length, FRACTION, TASK_SEED, EXAMPLES, LONG_EXAMPLES)
+        make(root, source, length, FRACTION, TASK_SEED, EXAMPLES, LONG_EXAMPLES)
     elif not os.path.isfile(os.path.join(root, LONG_TESTS)):  # a set made before the prompts past 16L
-        write_long_tests(root, source, runner.length, TASK_SEED, LONG_EXAMPLES)
-    problem = made_otherwise(root, length=runner.length, fraction=FRACTION, seed=TASK_SEED, examples=EXAMPLES) or \
-        made_otherwise(root, LONG_MADE, length=runner.length, seed=TASK_SEED, examples=LONG_EXAMPLES)
+        write_long_tests(root, source, length, TASK_SEED, LONG_EXAMPLES)
+    problem = made_otherwise(root, length=length, fraction=FRACTION, seed=TASK_SEED, examples=EXAMPLES) or \
+        made_otherwise(root, LONG_MADE, length=length, seed=TASK_SEED, examples=LONG_EXAMPLES)
     if problem:
         raise SystemExit(f"error: {problem}")
     binarized = os.path.join(root, "bin")

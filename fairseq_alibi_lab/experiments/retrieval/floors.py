@@ -9,14 +9,14 @@ from fairseq_alibi_lab.experiments.retrieval.data import test_sets
 from fairseq_alibi_lab.experiments.retrieval.prompts import QUESTION_WORDS, needles_in, read_tests
 
 
-def write_floors(runner):
+def write_floors(context):
     """OUT/floors.jsonl from the test prompts, once (the runner calls it with its unigram floor); floors
     of other prompts there are refused, not mixed."""
     from fairseq_alibi.tools.files import fingerprint
     from fairseq_alibi_lab.result_rows import read_rows
 
-    path = os.path.join(runner.out, FLOOR_ROWS)
-    tests = {fingerprint(t): t for t, _ in test_sets(runner.data, runner.length)}
+    path = os.path.join(context.out, FLOOR_ROWS)
+    tests = {fingerprint(t): t for t, _ in test_sets(context.data, context.length)}
     held = read_rows(path)
     prompts = {r.get("prompts_sha256") for r in held}
     if prompts - set(tests):

@@ -114,18 +114,20 @@ ROWS = "retrieval.jsonl"  # under the runner's OUT: what score_model appends to 
 BY_POSITION_ROWS, BY_POSITION_OFFSETS = "by_position.jsonl", 2
 
 
-def score_model(runner, model, seed, checkpoint):
+def score_model(context, job):
     """The model's retrieval accuracy into OUT/retrieval.jsonl (what it lacks), in a process of its
     own (the runner imports no fairseq), and past 16L its loss by position (OUT/by_position.jsonl);
     True if it scored any retrieval."""
     from fairseq_alibi_lab.result_rows import read_rows
 
-    out = os.path.join(runner.out, ROWS)
+    model, checkpoint = job.model, job.checkpoint
+
+    out = os.path.join(context.out, ROWS)
     before = os.path.getsize(out) if os.path.exists(out) else 0
-    wanted, sets = runner.model_lengths(model), test_sets(runner.data, runner.length)
+    wanted, sets = job.lengths, test_sets(context.data, context.length)
     missing = sorted(set(wanted) - {length for _, lengths in sets for length in lengths})
     if missing:
-        raise SystemExit(f"error: no test prompts of {' '.join(map(str, missing))} tokens beside {runner.data} "
+        raise SystemExit(f"error: no test prompts of {' '.join(map(str, missing))} tokens beside {context.data} "
                          f"(test.jsonl: L..16L; {LONG_TESTS}: 32L..128L): leave --data out, and the set is completed")
     for tests, lengths in sets:
         asked = [length for length in wanted if length in lengths]
@@ -133,18 +135,18 @@ def score_model(runner, model, seed, checkpoint):
             continue
         long = os.path.basename(tests) == LONG_TESTS
         scalings = model.long_scalings if long and model.long_scalings else ("none", *model.scalings)
-        in_process_of_its_own(["fairseq_alibi_lab.experiments.retrieval.cli", "score", checkpoint, runner.data, tests, out, "--label",
+        in_process_of_its_own(["fairseq_alibi_lab.experiments.retrieval.cli", "score", checkpoint, context.data, tests, out, "--label",
                                model.label, "--scalings", *scalings, "--lengths", *map(str, asked),
-                               "--fields", runner.row_fields(checkpoint)], f"scoring {model.label}'s retrieval")
+                               "--fields", context.row_fields(checkpoint)], f"scoring {model.label}'s retrieval")
     for record in model.records:  # what else the declaration records of it (learned slopes: their reach)
-        record(runner.out, checkpoint, model.label, json.loads(runner.row_fields(checkpoint)))
+        record(context.out, checkpoint, model.label, json.loads(context.row_fields(checkpoint)))
     window = max(wanted)
-    if window > max(MULTIPLES) * runner.length and not any(
-            r.get("checkpoint") == checkpoint and r.get("length") == window for r in read_rows(os.path.join(runner.out, BY_POSITION_ROWS))):
-        in_process_of_its_own(["fairseq_alibi_lab.by_position", checkpoint, runner.data, "--length", str(window),
+    if window > max(MULTIPLES) * context.length and not any(
+            r.get("checkpoint") == checkpoint and r.get("length") == window for r in read_rows(os.path.join(context.out, BY_POSITION_ROWS))):
+        in_process_of_its_own(["fairseq_alibi_lab.by_position", checkpoint, context.data, "--length", str(window),
                                "--offsets", str(BY_POSITION_OFFSETS), "--batch", "1", "--out",
-                               os.path.join(runner.out, BY_POSITION_ROWS), "--label", model.label, "--fields",
-                               runner.row_fields(checkpoint)], f"{model.label}'s loss by position")
+                               os.path.join(context.out, BY_POSITION_ROWS), "--label", model.label, "--fields",
+                               context.row_fields(checkpoint)], f"{model.label}'s loss by position")
     return (os.path.getsize(out) if os.path.exists(out) else 0) > before
 
 
