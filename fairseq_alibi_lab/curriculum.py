@@ -4,12 +4,13 @@ continues it (train.py --continue-from: its weights, optimizer, schedule and upd
 length for the rest of the updates, so that the model trained at L only and the curriculum share their
 first stage and train for the same tokens (the recipes' batches are counted in tokens, --max-tokens).
 
+    ALIBI = Model("ALiBi", "alibi", FirstStages.keeping("alibi_first"))
     FIRST_STAGES = FirstStages({"alibi_first": (ALIBI, 0.75)})
     Model("ALiBi, L then 4L", "alibi", ("--continue-from", "{alibi_first}"), train_multiple=4)
-    ALIBI = Model("ALiBi", "alibi", FirstStages.keeping(0.75, updates))
 
-The first stage's model keeps the checkpoint (keeping: fairseq's --keep-interval-updates-pattern), and is
-trained where its kept checkpoint is missing, after any run of it on this machine ends.
+The first stage's model keeps the checkpoint (keeping: fairseq's --keep-interval-updates-pattern, after the
+updates the first stage holds, "{name.updates}"), and is trained where its kept checkpoint is missing,
+after any run of it on this machine ends.
 """
 import dataclasses
 import os
@@ -31,11 +32,11 @@ class FirstStages:
     stages: dict
 
     @staticmethod
-    def keeping(share, updates):
-        """The flags that make a run of `updates` updates keep its checkpoint after `share` of them (beside
-        the recipe's last one): fairseq deletes every interval checkpoint but the last unless its update
-        count is a multiple of this."""
-        return ("--keep-interval-updates-pattern", str(kept_updates(share, updates)))
+    def keeping(name):
+        """The flags that make the first stage `name`'s run keep its checkpoint after the stage's updates
+        (beside its last one): fairseq deletes every interval checkpoint but the last unless its update count
+        is a multiple of this (the recipe saves one every 100 updates: the stage's must be a multiple of it)."""
+        return ("--keep-interval-updates-pattern", "{%s.updates}" % name)
 
     def stage(self, name):
         if name not in self.stages:

@@ -121,6 +121,22 @@ def check_scalings(checkpoint, name, has_method_scaling, scalings, has_temperatu
             fail(f"{checkpoint} predates rotary scaling (no rotary_scaling in its config): retrain it with this version")
 
 
+def scaling_overrides(method, scaling, train_length, factor, kernel):
+    """The --model-overrides that score a model of `method` (its kernel `kernel`) with `scaling` past its
+    training length: its slopes' or angles' scaling by `factor`, or a length temperature at test time; on sdpa
+    where the model's kernel does not take what the scaling makes (per-query slopes, a per-query bias scale)."""
+    if scaling in TEST_TIME:
+        overrides = {"length_temperature": "logn", "length_temperature_form": TEST_TIME[scaling],
+                     "length_temperature_length": train_length}
+        if TEST_TIME[scaling] == "logit" and kernel not in (*AUTO_RULES, "sdpa", "separable"):
+            overrides["attention_kernel"] = "sdpa"  # a kernel that scales each query's bias
+        return overrides
+    overrides = {f"{method}_scaling": scaling, f"{method}_scaling_factor": factor, f"{method}_train_length": train_length}
+    if scaling == "dynamic_ntk" and kernel not in PER_QUERY_SLOPE_KERNELS:
+        overrides["attention_kernel"] = "sdpa"
+    return overrides
+
+
 def plan(name, train_length, lengths, strides, scalings, scaling_factor, positions_end=None, kernel="auto"):
     """(jobs, skipped): one job per (scaling, L_valid, stride): L_valid, stride, its rule, the context
     window, the scaling, its factor and the model overrides it takes; and why any was left out
@@ -151,18 +167,11 @@ def plan(name, train_length, lengths, strides, scalings, scaling_factor, positio
                     overrides = {"max_target_positions": 1000000}
                 elif scaling == "none":
                     overrides = {}
-                elif scaling in TEST_TIME:  # the factor is the temperature's own: max(1, ln n / ln L)
-                    overrides = {"length_temperature": "logn", "length_temperature_form": TEST_TIME[scaling],
-                                 "length_temperature_length": train_length}
-                    if TEST_TIME[scaling] == "logit" and kernel not in (*AUTO_RULES, "sdpa", "separable"):
-                        overrides["attention_kernel"] = "sdpa"  # a kernel that scales each query's bias
                 else:
-                    default = 1.0 if scaling == "dynamic_ntk" else max(1.0, l_valid / train_length)
-                    factor = float(scaling_factor) if scaling_factor else default
-                    overrides = {f"{method}_scaling": scaling, f"{method}_scaling_factor": factor,
-                                 f"{method}_train_length": train_length}
-                    if scaling == "dynamic_ntk" and kernel not in PER_QUERY_SLOPE_KERNELS:
-                        overrides["attention_kernel"] = "sdpa"
+                    if scaling not in TEST_TIME:  # a temperature's factor is its own: max(1, ln n / ln L)
+                        default = 1.0 if scaling == "dynamic_ntk" else max(1.0, l_valid / train_length)
+                        factor = float(scaling_factor) if scaling_factor else default
+                    overrides = scaling_overrides(method, scaling, train_length, factor, kernel)
                 jobs.append((l_valid, stride, stride_rule, context, scaling, factor, overrides))
     return jobs, list(dict.fromkeys(skipped))
 

@@ -18,8 +18,10 @@ from fairseq_alibi_lab.experiments.base import DOCUMENT_SCORINGS, EXPERIMENTS, E
 from fairseq_alibi_lab.kinds import kind_of
 from fairseq_alibi_lab.prepare import SEPARATOR  # what prepare --documents writes between articles
 
-# A flag that stands for a prepared checkpoint: "{name}".
-PREPARED_FLAG = re.compile(r"\{(\w+)\}")
+# A flag that stands for a prepared checkpoint, "{name}", or for the updates it holds, "{name.updates}" (a
+# first stage's run keeping its checkpoint after them: curriculum.FirstStages).
+PREPARED_FLAG = re.compile(r"\{(\w+)(\.updates)?\}")
+LENGTH_FLAG = "{L}"  # a flag that stands for the experiment's L (a temperature's L, YaRN's original length)
 # A documents experiment's scorings: a row label's suffix -> the scorer's --model-overrides.
 SCORING_OVERRIDES = dict(zip(DOCUMENT_SCORINGS, (f"{{'document_separator': '{SEPARATOR}'}}", "{'document_separator': None}")))
 
@@ -127,7 +129,7 @@ class Job:
 def build(context, model, seed, save: Optional[str] = None, train_updates: Optional[int] = None):
     """The job of (model, seed) in this run; save, train_updates: a prepared checkpoint's own training
     (a conversion's teacher) in a directory and for updates of its own."""
-    flag_names = [m[1] for f in model.flags if (m := PREPARED_FLAG.fullmatch(f))]
+    flag_names = [m[1] for f in model.flags if f != LENGTH_FLAG and (m := PREPARED_FLAG.fullmatch(f)) and not m[2]]
     needs = tuple(dict.fromkeys(n for n in (model.start, model.plus, model.kept_at, *flag_names) if n))
     updates_of = lambda name: context.prepared_updates(name, seed)  # noqa: E731
     trained = (model.updates or context.updates) + (updates_of(model.plus) if model.plus else 0)
@@ -139,7 +141,8 @@ def build(context, model, seed, save: Optional[str] = None, train_updates: Optio
         updates = updates_of(model.start)
     else:
         updates = updates_of(model.kept_at) if model.kept_at else trained
-    own = [context.prepared(m[1], seed) if (m := PREPARED_FLAG.fullmatch(f)) else f for f in model.flags]
+    own = [str(context.length) if f == LENGTH_FLAG else f if not (m := PREPARED_FLAG.fullmatch(f))
+           else str(updates_of(m[1])) if m[2] else context.prepared(m[1], seed) for f in model.flags]
     flags = (*context.experiment.train_flags, *kernel_flags(context.experiment, model), *own,
              *(("--finetune-from-model", context.prepared(model.start, seed)) if model.start and model.method else ()),
              "--seed", str(seed), "--max-update", str(trained), "--log-interval", "50", "--no-progress-bar",

@@ -25,7 +25,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi.tools import files, provenance  # noqa: E402  (no fairseq or torch import)
-from fairseq_alibi_lab import jobs as jobs_of, result_rows  # noqa: E402
+from fairseq_alibi_lab import inclusion, jobs as jobs_of, result_rows  # noqa: E402
 from fairseq_alibi_lab.result_rows import append_lines, append_new, left_out, read_rows  # noqa: E402
 from fairseq_alibi_lab.experiments import COMMITTED, declared_updates, names, slug  # noqa: E402
 from fairseq_alibi_lab.kinds import kind_of  # noqa: E402
@@ -48,8 +48,39 @@ class Runner:
             {lv for m in self.models for lv in self.context.model_lengths(m)})))  # the floor's, the tables'
         self.out, self.results = self.context.out, self.context.results
 
-    def job(self, model, seed):
-        return jobs_of.build(self.context, model, seed)
+    def job(self, model, seed, excluded=()):
+        """The job of (model, seed); scored at L only where the inclusion rule excluded its checkpoint."""
+        job = jobs_of.build(self.context, model, seed)
+        return inclusion.at_l(job, self.context.length) if job.checkpoint in excluded else job
+
+    def jobs(self, models, seeds, replace):
+        """Seed by seed, each model's seeds of `seeds`; with an inclusion rule (and replace: the declared
+        seeds, not --seeds), as many further seeds as it excluded, within the rule's most."""
+        rule = self.experiment.inclusion
+        excluded = inclusion.excluded(self.out) if rule else {}
+        tried = {model: seeds_of(model, seeds) for model in models}
+        if rule and replace:
+            tried = {model: inclusion.seeds_to_try(rule, these, lambda s, m=model: self.job(m, s).checkpoint in excluded)
+                     for model, these in tried.items()}
+        return [self.job(m, s, excluded) for s in sorted({s for these in tried.values() for s in these})
+                for m in models if s in tried[m]]
+
+    def screened(self, job):
+        """The job as it is scored: with an inclusion rule, scored at L first, then whole where the rule
+        includes it, else at L only (written to OUT/excluded.jsonl)."""
+        rule = self.experiment.inclusion
+        first = inclusion.at_l(job, self.context.length)
+        if not rule or first == job:
+            return job
+        self.evaluate(first)
+        if self.stages.score:
+            self.stages.score(self.context, first)
+        value = rule.measure(self.context, job)
+        if value is not None and value >= rule.at_least:
+            return job
+        inclusion.record(self.out, job, value, rule)
+        print(f"    excluded: {value} at L, under {rule.at_least} ({rule.about}); scored at L only", flush=True)
+        return first
 
     def take_shared(self, jobs):
         """The committed rows of the borrowed models' runs, relabelled, into OUT (those it lacks); one
@@ -168,16 +199,19 @@ class Runner:
         rows, of other recipes or runs, stay in the file but not in the tables): every declared
         model's and seed's, whatever part of them this invocation ran (--models, --seeds)."""
         models, seeds = self.experiment.models, sorted({*self.experiment.seeds, *self.context.seeds})
-        jobs = [self.job(m, s) for m in models for s in seeds_of(m, seeds)]
+        jobs = self.jobs(models, seeds, replace=True)
+        left_out_seeds = set(inclusion.excluded(self.out))
         lengths = {lv for job in jobs for lv in job.lengths}
         updates = {job.checkpoint: job.updates for job in jobs}
         every = read_rows(self.results)
-        rows = [r for r in every if self.kind.declared(r, updates, lengths)]
+        rows = [r for r in every if self.kind.declared(r, updates, lengths) and r.get("checkpoint") not in left_out_seeds]
         if self.args.tables and len(rows) < len(every):  # said, never dropped unseen
             print(left_out([r for r in every if r not in rows], updates, lengths, self.name), flush=True)
         printed = self.kind.tables(rows, self.out)
         if printed and self.stages.report:
             printed += "\n" + (self.stages.report(rows, self.out) or "")
+        if printed and left_out_seeds:
+            printed += "\n" + "\n".join(inclusion.table(self.out)) + "\n"
         return printed
 
     def run(self):
@@ -197,8 +231,8 @@ class Runner:
         data, binarized = one_preparation_at_a_time(lambda: self.kind.prepare(self.context))
         self.context = dataclasses.replace(self.context, data=data, binarized=binarized)
         start, started = time.time(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        seeds = self.context.seeds
-        jobs = [self.job(m, s) for s in seeds for m in self.models if s in seeds_of(m, seeds)]  # seed by seed
+        seeds, replace = self.context.seeds, not self.args.seeds  # a part, or --seeds: those seeds only
+        jobs = self.jobs(self.models, seeds, replace)
         record = {"command": "python scripts/experiment.py " + shlex.join(sys.argv[1:]), "commit": provenance.commit(),
                   "machine": provenance.machine(), "started": started, "jobs": len(jobs),
                   # the float summation order, so a training's trajectory, depends on it
@@ -223,10 +257,13 @@ class Runner:
                                  "--retire WHY to keep those rows aside and run them anew, or give another --out")
             self.floor()
             self.take_shared(jobs)
-            if self.args.parallel > 1:
-                self.run_parallel(jobs, start)
-            else:
-                self.run_in_turn(jobs, start)
+            while jobs:  # then the seeds that replace those the inclusion rule excluded meanwhile
+                if self.args.parallel > 1:
+                    self.run_parallel(jobs, start)
+                else:
+                    self.run_in_turn(jobs, start)
+                ran = {(job.model.label, job.seed) for job in jobs}
+                jobs = [job for job in self.jobs(self.models, seeds, replace) if (job.model.label, job.seed) not in ran]
             printed = self.tabulate()
         except KeyboardInterrupt:
             append_lines(invocations, [json.dumps(dict(record, event="stopped", wall_s=round(time.time() - start, 1)))])
@@ -254,6 +291,7 @@ class Runner:
                 continue
             job = self.made(job)
             self.train(job)
+            job = self.screened(job)
             scored = self.evaluate(job)
             if self.stages.score:
                 scored = self.stages.score(self.context, job) or scored
@@ -309,8 +347,8 @@ class Runner:
             raise SystemExit("error: some runs failed:\n  " + "\n  ".join(failed))
 
     def scored_files(self):
-        """The files under OUT that rows go to: results.jsonl, and the scorer's own (Stages.rows)."""
-        return (os.path.basename(self.results), *self.stages.rows)
+        """The files under OUT that rows go to: results.jsonl, the scorer's own (Stages.rows), the excluded seeds."""
+        return (os.path.basename(self.results), *self.stages.rows, inclusion.EXCLUDED)
 
     def start_part(self, job, part):
         """A part begins with the rows OUT already holds for its job, and the floor's, so that its

@@ -126,8 +126,30 @@ def fairseq_train(command, plugin, world):
     return 0
 
 
+def continuing(extra, save_dir, data):
+    """extra with --continue-from PATH (ours: a curriculum's second stage) made fairseq's: on the run's first
+    launch (no checkpoint_last.pt yet) --continue-once PATH, its weights, optimizer, schedule and update count
+    continued, and --reset-dataloader (its data iterator was over another length's batches); once the run
+    has saved, fairseq resumes it from its own checkpoint as any run."""
+    start = last_value(extra, "--continue-from")
+    if start is None:
+        return extra
+    if "--finetune-from-model" in extra or "--continue-once" in extra:
+        fail("--continue-from continues a checkpoint: leave out --finetune-from-model and --continue-once")
+    if not os.path.isfile(start):
+        fail(f"--continue-from {start}: no checkpoint there (train the first stage first)")
+    problem = dictionaries.check(start, data)
+    if problem:
+        fail(problem)
+    rest = [f for i, f in enumerate(extra) if f != "--continue-from" and (i == 0 or extra[i - 1] != "--continue-from")]
+    if os.path.isfile(os.path.join(save_dir, "checkpoint_last.pt")):
+        return rest
+    return [*rest, "--continue-once", start, "--reset-dataloader"]
+
+
 def main(argv):
-    from fairseq_alibi.methods import CAUSAL_METHODS, INFERENCE_ONLY
+    from fairseq_alibi.methods import CAUSAL_METHODS
+    from fairseq_alibi.tools.cli import inference_only_flag
 
     methods = list(CAUSAL_METHODS)
     if argv == ["--usage"]:  # train.sh --help: after its header
@@ -145,11 +167,10 @@ def main(argv):
         fail(f"{data} has no dict.txt: run scripts/prepare-wikitext.sh first ({usage(methods)})")
     if not length.isdigit() or length.startswith("0"):
         fail(f"L: '{length}' is not a positive integer")
-    for flag in extra:
-        for evaluation_only in (f for flags in INFERENCE_ONLY.values() for f in flags):
-            if flag.startswith(evaluation_only):
-                fail(f"{flag} is for evaluation (scripts/eval.sh's SCALING): a model trained with it would be "
-                     "scored scaled ever after")
+    evaluation_only = inference_only_flag(extra)
+    if evaluation_only:
+        fail(f"{evaluation_only} is for evaluation (scripts/eval.sh's SCALING): a model trained with it would be "
+             "scored scaled ever after (a fine-tune that continues a checkpoint may take it: YaRN's recipe)")
     # The small preset's adaptive input/softmax bands end at word 10000 (unless the flags say otherwise).
     if preset == "small" and "--adaptive-softmax-cutoff" not in extra:
         with open(os.path.join(data, "dict.txt"), encoding="utf-8") as f:
@@ -210,6 +231,7 @@ def main(argv):
         problem = dictionaries.check(finetune_from, data)
         if problem:
             fail(problem)
+    extra = continuing(extra, save_dir, data)
 
     # The plugin's models record their data's dictionary in every checkpoint's config (not a run
     # flag: a run started before it was recorded resumes).

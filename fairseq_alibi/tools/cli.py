@@ -28,10 +28,18 @@ def _run(module):
     tool.cli_main()
 
 
+# A training that starts from a trained checkpoint (fine-tunes and continues it) may take an inference-only
+# option: YaRN's recipe fine-tunes with the scaling on, and the model is scored with it ever after.
+CONTINUING = ("--finetune-from-model", "--continue-once", "--continue-from", "--restore-file")
+
+
 def inference_only_flag(argv):
-    """The first option of argv that only evaluation may set (methods.INFERENCE_ONLY), or None."""
+    """The first option of argv that only evaluation may set (methods.INFERENCE_ONLY), or None; none for a
+    training that continues a checkpoint (CONTINUING)."""
     from fairseq_alibi.methods import INFERENCE_ONLY
 
+    if any(a.split("=")[0] in CONTINUING for a in argv):
+        return None
     flags = {flag for method_flags in INFERENCE_ONLY.values() for flag in method_flags}
     return next((a.split("=")[0] for a in argv if a.split("=")[0] in flags), None)
 

@@ -3,6 +3,7 @@
     python -m fairseq_alibi_lab.retrieval make OUT_DIR --source ../shared/data/wikitext-2 [--length 64]
         [--fraction F] [--seed N] [--examples N] [--long-examples N]      (make --help: their defaults)
     python -m fairseq_alibi_lab.retrieval score CHECKPOINT DATA OUT_DIR/test.jsonl OUT.jsonl [--label NAME]
+        [--scalings ...] [--lengths ...] [--decoder hf|fairseq]
     python -m fairseq_alibi_lab.retrieval floors OUT_DIR/test.jsonl [OUT_DIR/test-long.jsonl] FLOORS.jsonl
 
 make: the mixed training text and the test prompts (prompts.py); score: exact match of a checkpoint on
@@ -15,7 +16,7 @@ from fairseq_alibi.tools.files import one_line_on_disk_faults
 from fairseq_alibi_lab.experiments.retrieval.data import EXAMPLES, FRACTION, LONG_EXAMPLES, TASK_SEED
 from fairseq_alibi_lab.experiments.retrieval.floors import save_floors
 from fairseq_alibi_lab.experiments.retrieval.prompts import LONG_TESTS, TASKS, make, shortest
-from fairseq_alibi_lab.experiments.retrieval.score import score
+from fairseq_alibi_lab.experiments.retrieval.score import DECODERS, score
 
 
 @one_line_on_disk_faults
@@ -42,6 +43,9 @@ def main(argv=None):
                    help="none, and ALiBi's or rotary's inference-time scalings (scored past the training length)")
     s.add_argument("--lengths", type=int, nargs="+", help="score only the prompts of these lengths")
     s.add_argument("--fields", default="{}", help="a JSON object of fields added to each row (the runner's)")
+    s.add_argument("--decoder", choices=DECODERS, default="hf",
+                   help="greedy decoding by the exported class (hf, the default) or by the fairseq model itself "
+                        "(fairseq: any plugin model, a length temperature's too)")
     f = sub.add_parser("floors", help="the floors of a test set, from its prompts (rows of their own)")
     f.add_argument("tests", nargs="+", help=f"make's test.jsonl (and {LONG_TESTS})")
     f.add_argument("out", help="a new JSON-lines file (the runner's: OUT/floors.jsonl)")
@@ -65,7 +69,7 @@ def main(argv=None):
 
         require_appendable(args.out)
         fields = row_fields(args.fields)
-        score(args.checkpoint, args.data, args.tests, args.out, args.label, args.scalings, args.lengths, fields)
+        score(args.checkpoint, args.data, args.tests, args.out, args.label, args.scalings, args.lengths, fields, args.decoder)
 
 
 if __name__ == "__main__":

@@ -38,12 +38,13 @@ def prepare_data(context, length):
     wikitext = wikitext2()
     root = os.path.join("data-bin", f"retrieval-L{length}-f{round(100 * FRACTION)}")  # another mixture, another set
     source = os.environ.get("WIKITEXT2_SOURCE") or os.path.join("..", "shared", "data", "wikitext-2")
+    scored = length == context.length  # a longer stage's set is trained on only: no prompts past 16L
     if not os.path.isfile(os.path.join(root, "test.jsonl")):
-        make(root, source, length, FRACTION, TASK_SEED, EXAMPLES, LONG_EXAMPLES)
-    elif not os.path.isfile(os.path.join(root, LONG_TESTS)):  # a set made before the prompts past 16L
+        make(root, source, length, FRACTION, TASK_SEED, EXAMPLES, LONG_EXAMPLES if scored else 0)
+    elif scored and not os.path.isfile(os.path.join(root, LONG_TESTS)):  # a set made before the prompts past 16L
         write_long_tests(root, source, length, TASK_SEED, LONG_EXAMPLES)
     problem = made_otherwise(root, length=length, fraction=FRACTION, seed=TASK_SEED, examples=EXAMPLES) or \
-        made_otherwise(root, LONG_MADE, length=length, seed=TASK_SEED, examples=LONG_EXAMPLES)
+        (scored and made_otherwise(root, LONG_MADE, length=length, seed=TASK_SEED, examples=LONG_EXAMPLES))
     if problem:
         raise SystemExit(f"error: {problem}")
     binarized = os.path.join(root, "bin")

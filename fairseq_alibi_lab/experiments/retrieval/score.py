@@ -1,7 +1,10 @@
 """Scoring: each prompt's answer greedily decoded (behind fairseq's </s>, as a text starts) with the
-checkpoint as the exported class, one row per (task, length, depth): exact matches of the whole key (the
-count, the accuracy) and of its first word alone (a model that has learned to find the key but not to copy
-both words shows there), provenance; and the runner's scoring stage (score_model)."""
+checkpoint as the exported class (DECODERS: "hf", retrieval's) or by the fairseq model itself ("fairseq": any
+of the plugin's models, a length temperature's too, on its own attention kernel), one row per (task, length,
+depth): exact matches of the whole key (the count, the accuracy) and of its first word alone (a model that
+has learned to find the key but not to copy both words shows there), provenance; and the runner's scoring
+stage (score_model)."""
+import functools
 import json
 import os
 import sys
@@ -16,16 +19,35 @@ def group_key(row):
             row["length"], row["depth"])
 
 
-def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengths=None, fields=None):
+DECODERS = ("hf", "fairseq")
+
+
+def greedy(model, prompts, new):
+    """The `new` words a fairseq LM decodes greedily after each prompt of a batch (of equal lengths): the
+    whole text forwarded again for each word, the last position's scores only (an adaptive softmax's whole
+    vocabulary at 8,192 positions would take gigabytes)."""
+    import torch
+
+    tokens = prompts
+    adaptive = getattr(model.decoder, "adaptive_softmax", None)
+    for _ in range(new):
+        features, _ = model.decoder(tokens, features_only=True)
+        last = features[:, -1:]
+        scores = adaptive.get_log_prob(last, None) if adaptive is not None else model.decoder.output_layer(last)
+        tokens = torch.cat([tokens, scores[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return tokens[:, prompts.size(1):]
+
+
+def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengths=None, fields=None, decoder="hf"):
     """Append to `out` a row per (scaling, task, length, depth) it lacks for this checkpoint: a
-    scaling (ALiBi's or rotary's, as scripts/eval.sh applies them, factor length / L) is scored past
-    the training length only."""
+    scaling (ALiBi's or rotary's, as scripts/eval.sh applies them, factor length / L, or a length
+    temperature) is scored past the training length only; decoder: DECODERS."""
     import torch
 
     from fairseq_alibi.tools import provenance
     from fairseq_alibi.models.build import load_checkpoint
-    from fairseq_alibi.tools.checkpoints import field, identity, learned_positions_end, model_and_task, read_state
-    from fairseq_alibi_lab.evaluate import check_scalings
+    from fairseq_alibi.tools.checkpoints import identity, learned_positions_end, read_state
+    from fairseq_alibi_lab.evaluate import check_scalings, scaling_overrides, trained
     from fairseq_alibi.tools.files import data_fingerprint, fingerprint
     from fairseq_alibi_lab.result_rows import append_lines, read_rows
     from fairseq_alibi.hf.export import hf_model_of
@@ -46,10 +68,10 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
     fingerprints = {"checkpoint_sha256": fingerprint(checkpoint), "prompts_sha256": fingerprint(tests_path),
                     "mixture_sha256": data_fingerprint(data, "train") if os.path.isfile(os.path.join(data, "train.idx")) else None}
     train_length, updates = scored["train_length"], scored["updates"]
-    method = str(scored["model"]).split("_transformer_lm")[0]
+    name, _, has_scaling, _, _, _, _, kernel = trained(checkpoint, "{}")
+    method = name.split("_transformer_lm")[0]
     # a scaling the model has no field for would be ignored, and its rows labelled with it
-    check_scalings(checkpoint, str(scored["model"]), field(model_and_task(state)[0], f"{method}_scaling") is not None,
-                   scalings)
+    check_scalings(checkpoint, name, has_scaling[0], scalings, has_scaling[1])
     asked_lengths = {length for _, length, _ in groups}
     # a learned position table has no row past its end: </s>, the prompt and all but the answer's last word take `length`
     end = learned_positions_end(state)
@@ -72,29 +94,33 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
                     (label or None, checkpoint, updates, scaling, *k) not in done}
             if not todo:
                 continue
-            overrides = {} if scaling == "none" else {
-                f"{method}_scaling": scaling, f"{method}_train_length": train_length,
-                f"{method}_scaling_factor": 1.0 if scaling == "dynamic_ntk" else length / train_length}
+            overrides = {} if scaling == "none" else scaling_overrides(
+                method, scaling, train_length, 1.0 if scaling == "dynamic_ntk" else length / train_length, kernel)
             model, _, task = load_checkpoint(checkpoint, data, kind="causal LM", overrides=overrides)
+            model.eval()
             dictionary = task.source_dictionary
-            hf = hf_model_of(model, dictionary, {}).eval()
+            if decoder == "hf":
+                hf = hf_model_of(model, dictionary, {}).eval()
+                decode = lambda prompts, new: hf.generate(prompts, max_new_tokens=new, do_sample=False,  # noqa: E731
+                                                          pad_token_id=dictionary.pad())[:, prompts.size(1):]
+            else:
+                decode = functools.partial(greedy, model)
             # The dense path's bias is batch x heads x T x S floats: prompts go in batches under MASK_BYTES
             # (a whole group of 20 to 16L at L = 64, as always; one at a time at 8,192 tokens).
-            batch = max(1, MASK_BYTES // (4 * hf.config.num_attention_heads * (length + 1) ** 2))
+            batch = max(1, MASK_BYTES // (4 * model.decoder.layers[0].self_attn.num_heads * (length + 1) ** 2))
             for (name, _, depth), group in todo.items():
                 decoded, answers = [], [[dictionary.index(w) for w in t["answer"].split()] for t in group]
                 for start in range(0, len(group), batch):
                     prompts = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]
                                             for t in group[start:start + batch]])
                     with torch.no_grad():
-                        out_ids = hf.generate(prompts, max_new_tokens=len(answers[0]), do_sample=False,
-                                              pad_token_id=dictionary.pad())
-                    decoded += out_ids[:, prompts.size(1):].tolist()
+                        decoded += decode(prompts, len(answers[0])).tolist()
                 correct = sum(decoded[i] == answers[i] for i in range(len(group)))
                 first = sum(decoded[i][0] == answers[i][0] for i in range(len(group)))
                 row = {"label": label or None, **scored, "scaling": scaling, "task": name, "length": length, "depth": depth,
                        "n": len(group), "correct": correct, "accuracy": correct / len(group), "first_correct": first,
-                       "first_accuracy": first / len(group), **fingerprints, "commit": provenance.commit(),
+                       "first_accuracy": first / len(group), **({"decoder": decoder} if decoder != "hf" else {}),
+                       **fingerprints, "commit": provenance.commit(),
                        "machine": provenance.machine(), **(fields or {})}
                 # each group written as it is scored: a cut at 8,192 tokens (an hour a length) loses one group
                 append_lines(out, [json.dumps(row)])
@@ -114,7 +140,7 @@ ROWS = "retrieval.jsonl"  # under the runner's OUT: what score_model appends to 
 BY_POSITION_ROWS, BY_POSITION_OFFSETS = "by_position.jsonl", 2
 
 
-def score_model(context, job):
+def score_model(context, job, decoder="hf"):
     """The model's retrieval accuracy into OUT/retrieval.jsonl (what it lacks), in a process of its
     own (the runner imports no fairseq), and past 16L its loss by position (OUT/by_position.jsonl);
     True if it scored any retrieval."""
@@ -137,7 +163,8 @@ def score_model(context, job):
         scalings = model.long_scalings if long and model.long_scalings else ("none", *model.scalings)
         in_process_of_its_own(["fairseq_alibi_lab.experiments.retrieval.cli", "score", checkpoint, context.data, tests, out, "--label",
                                model.label, "--scalings", *scalings, "--lengths", *map(str, asked),
-                               "--fields", context.row_fields(checkpoint)], f"scoring {model.label}'s retrieval")
+                               "--fields", context.row_fields(checkpoint), "--decoder", decoder],
+                              f"scoring {model.label}'s retrieval")
     for record in model.records:  # what else the declaration records of it (learned slopes: their reach)
         record(context.out, checkpoint, model.label, json.loads(context.row_fields(checkpoint)))
     window = max(wanted)
@@ -158,3 +185,14 @@ def in_process_of_its_own(module_and_args, what):
                           text=True)
     if done.returncode:
         raise SystemExit((done.stderr.strip().splitlines() or [f"error: {what} failed"])[-1])
+
+
+def at_l(task, metric, context, job):
+    """An inclusion rule's measure (base.Inclusion): the job's `metric` (a row's accuracy or first_accuracy) on
+    `task` at L, unscaled, the mean over the depths (a depth scored twice: its last row); None if unscored."""
+    from fairseq_alibi_lab.result_rows import read_rows
+
+    by_depth = {r["depth"]: r[metric] for r in read_rows(os.path.join(context.out, ROWS))
+                if r.get("checkpoint") == job.checkpoint and r.get("task") == task and r.get("length") == context.length
+                and r.get("scaling", "none") == "none"}
+    return sum(by_depth.values()) / len(by_depth) if by_depth else None

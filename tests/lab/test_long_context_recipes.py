@@ -1,0 +1,184 @@
+"""The long-context recipes experiment (fairseq_alibi_lab/experiments/long_context_recipes.py): the curriculum's
+first stage as a prepared checkpoint, its second stage continuing it (train.py --continue-from), the
+inclusion rule's seeds, and the retrieval scorer's fairseq decoding (a length temperature's models too)."""
+import argparse
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, run
+
+from fairseq_alibi_lab import curriculum, inclusion, jobs, train
+from fairseq_alibi_lab.experiments import EXPERIMENTS
+from fairseq_alibi_lab.experiments.base import Inclusion, Model
+
+NAME = "long-context-recipes"
+
+
+def context(out="out", checkpoints="ck", updates=5600):
+    declared = EXPERIMENTS[NAME]
+    return jobs.Context(NAME, declared, 64, declared.seeds, updates, str(out), str(checkpoints))
+
+
+def test_the_curriculum_continues_the_first_stages_kept_checkpoint_for_the_same_updates():
+    """The runs at L keep their checkpoint after 75% of the updates (4,200 of 5,600, a multiple of the
+    recipe's save interval); the second stage continues that file at 4L to the same 5,600 updates, so both
+    arms train on the same tokens (batches are counted in tokens); the job needs the first stage made."""
+    ctx = context()
+    by_label = {m.label: m for m in EXPERIMENTS[NAME].models}
+    alibi = jobs.build(ctx, by_label["ALiBi"], 1)
+    assert alibi.flags[alibi.flags.index("--keep-interval-updates-pattern") + 1] == "4200" and not alibi.needs
+    second = jobs.build(ctx, by_label["ALiBi, L then 4L"], 1)
+    assert second.needs == ("alibi_first",) and second.train_length == 256 and second.train_updates == alibi.train_updates
+    start = second.flags[second.flags.index("--continue-from") + 1]
+    assert start == os.path.join("ck", "alibi-L64-s1", "checkpoint_?_4200.pt")  # the pattern until the first stage ran
+    assert 4200 % 100 == 0 and curriculum.kept_updates(0.75, 5600) == 4200
+    with pytest.raises(ValueError, match="must leave updates to both stages"):
+        curriculum.kept_updates(1.0, 5600)
+    yarn = jobs.build(ctx, by_label["Rotary, L then 4L with YaRN"], 1)
+    assert yarn.needs == ("rotary_first",) and yarn.flags[yarn.flags.index("--rotary-train-length") + 1] == "64"
+    ssmax = jobs.build(ctx, by_label["ALiBi, learned temperature (SSMax)"], 1)
+    assert ssmax.flags[ssmax.flags.index("--length-temperature-length") + 1] == "64"  # "{L}": the experiment's L
+
+
+def test_continue_from_is_fairseqs_continue_once_on_the_first_launch_only(tmp_path):
+    """The second stage's first launch continues the first stage's file (weights, optimizer, schedule,
+    update count) with a fresh data iterator (another length's batches); once it has saved, it resumes
+    from its own checkpoint; a missing start, or a fine-tune beside it, is one line."""
+    start, save = tmp_path / "first.pt", tmp_path / "second"
+    save.mkdir()
+    torch.save({"cfg": {"model": {"_name": "alibi_transformer_lm_small"}, "task": {"tokens_per_sample": 64}}}, start)
+    flags = ["--lr", "1", "--continue-from", str(start), "--seed", "2"]
+    data = os.path.join(REPO, "no-such-data")
+    assert train.continuing(["--lr", "1"], str(save), data) == ["--lr", "1"]
+    assert train.continuing(flags, str(save), data) == ["--lr", "1", "--seed", "2", "--continue-once", str(start),
+                                                          "--reset-dataloader"]
+    (save / "checkpoint_last.pt").write_bytes(b"saved")
+    assert train.continuing(flags, str(save), data) == ["--lr", "1", "--seed", "2"]
+    with pytest.raises(SystemExit, match="no checkpoint there"):
+        train.continuing(["--continue-from", str(tmp_path / "none.pt")], str(save), data)
+    with pytest.raises(SystemExit, match="leave out --finetune-from-model"):
+        train.continuing([*flags, "--finetune-from-model", str(start)], str(save), data)
+
+
+def test_a_fine_tune_may_take_an_inference_only_scaling_and_a_training_from_scratch_may_not():
+    from fairseq_alibi.tools.cli import inference_only_flag
+
+    assert inference_only_flag(["--rotary-scaling", "yarn"]) == "--rotary-scaling"
+    for continuing in ("--continue-from", "--finetune-from-model", "--continue-once"):
+        assert inference_only_flag([continuing, "x.pt", "--rotary-scaling", "yarn"]) is None
+
+
+def test_an_excluded_seed_is_scored_at_l_only_and_the_next_seed_takes_its_place(tmp_path):
+    """inclusion.seeds_to_try: the declared seeds, and one more for each known excluded one, within the
+    rule's most; the runner's jobs score an excluded checkpoint at L only."""
+    from fairseq_alibi_lab import runner
+
+    rule = Inclusion(lambda c, j: None, 0.2, "test", wanted=3, most=5)
+    assert inclusion.seeds_to_try(rule, [1, 2, 3], lambda s: False) == [1, 2, 3]
+    assert inclusion.seeds_to_try(rule, [1, 2, 3], lambda s: s == 2) == [1, 2, 3, 4]
+    assert inclusion.seeds_to_try(rule, [1, 2, 3], lambda s: s >= 2) == [1, 2, 3, 4, 5]  # most: 5 tried
+    args = argparse.Namespace(train_length=None, seeds=None, updates=None, lengths=None, out=str(tmp_path / "out"),
+                              checkpoints=str(tmp_path / "ck"), models=["alibi"], train_flags=[], data=None, task_flags=[])
+    the_runner = runner.Runner(NAME, EXPERIMENTS[NAME], args)
+    excluded_checkpoint = jobs.build(the_runner.context, EXPERIMENTS[NAME].models[0], 2).checkpoint
+    os.makedirs(args.out)
+    with open(os.path.join(args.out, inclusion.EXCLUDED), "w") as f:
+        f.write(json.dumps({"label": "ALiBi", "seed": 2, "checkpoint": excluded_checkpoint, "value": 0.1,
+                            "at_least": 0.2, "rule": "test"}) + "\n")
+    planned = the_runner.jobs(the_runner.models, the_runner.context.seeds, replace=True)
+    assert [job.seed for job in planned] == [1, 2, 3, 4, 5, 6]
+    assert [job.lengths for job in planned if job.seed == 2] == [(64,)]
+    assert all(len(job.lengths) == 8 for job in planned if job.seed != 2)
+    assert [job.seed for job in the_runner.jobs(the_runner.models, (1, 2), replace=False)] == [1, 2]  # --seeds: those only
+    assert "| ALiBi | 2 | 10.0% |" in "\n".join(inclusion.table(args.out))
+
+
+@pytest.mark.slow
+def test_the_curriculum_runs_through_the_runner_at_toy_size(wt2_slice, tmp_path):
+    """scripts/experiment.py long-context-recipes at toy size (L=40, 8 updates) asked for the curriculum alone:
+    its first stage (ALiBi at L) is trained first and keeps its checkpoint after 6 updates; the second stage
+    continues that file at 160 tokens to update 8 (Adam's step count goes on from 6: the optimizer continued,
+    not started again), and is scored by perplexity and by the fairseq model's own greedy decoding, each
+    decoded key the argmax of its full forward, token by token."""
+    from fairseq_alibi.models.build import load_checkpoint
+
+    source = tmp_path / "source"
+    source.mkdir()
+    from conftest import find_wikitext2
+
+    for split, lines in [("train", 2000), ("valid", 300), ("test", 50)]:
+        with open(os.path.join(find_wikitext2(), f"wiki.{split}.tokens"), encoding="utf-8") as f:
+            (source / f"wiki.{split}.tokens").write_text("".join(next(f) for _ in range(lines)), encoding="utf-8")
+    root = tmp_path / "set"
+    run([sys.executable, "-m", "fairseq_alibi_lab.retrieval", "make", str(root), "--source", str(source), "--length", "40",
+         "--examples", "2", "--long-examples", "1"])
+    run(["fairseq-preprocess", "--only-source", "--srcdict", os.path.join(wt2_slice, "dict.txt"),
+         "--trainpref", root / "text" / "wiki.train.tokens", "--validpref", root / "text" / "wiki.valid.tokens",
+         "--destdir", root / "bin", "--workers", "2"])
+    toy = ["--decoder-layers", "1", "--decoder-embed-dim", "32", "--decoder-input-dim", "32", "--decoder-output-dim", "32",
+           "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--max-tokens", "1024",
+           "--save-interval-updates", "2"]
+    out, checkpoints = tmp_path / "out", tmp_path / "ck"
+    run([sys.executable, "scripts/experiment.py", NAME, "--data", str(root / "bin"), "--train-length", "40", "--updates", "8",
+         "--lengths", "40", "--seeds", "1", "--models", "alibi-l-then-4l", "--out", str(out), "--checkpoints",
+         str(checkpoints), "--train-flags", " ".join(toy)])
+    first = checkpoints / "alibi-L40-s1"
+    kept = [name for name in os.listdir(first) if name.startswith("checkpoint_") and name.endswith("_6.pt")]
+    assert len(kept) == 1, sorted(os.listdir(first))
+    second = torch.load(checkpoints / "alibi-l-then-4l-L160-s1" / "checkpoint_last.pt", weights_only=False)
+    assert second["cfg"]["task"]["tokens_per_sample"] == 160
+    assert second["optimizer_history"][-1]["num_updates"] == 8
+    assert {int(s["step"]) for s in second["last_optimizer_state"]["state"].values()} == {8}
+    rows = [json.loads(line) for line in (out / "retrieval.jsonl").read_text().splitlines()]
+    assert {(r["label"], r["length"], r["decoder"], r["train_length"]) for r in rows} == {("ALiBi, L then 4L", 40, "fairseq", 160)}
+    checkpoint = str(checkpoints / "alibi-l-then-4l-L160-s1" / "checkpoint_last.pt")
+    model, _, task = load_checkpoint(checkpoint, str(root / "bin"), kind="causal LM")
+    dictionary = task.source_dictionary
+    tests = [json.loads(line) for line in (root / "test.jsonl").read_text().splitlines()]
+    for row in (r for r in rows if r["depth"] in (0.0, 1.0)):
+        first_right = 0
+        for t in (t for t in tests if (t["task"], t["length"], t["depth"]) == (row["task"], 40, row["depth"])):
+            ids = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]])
+            answer = [dictionary.index(w) for w in t["answer"].split()]
+            with torch.no_grad():
+                for _ in answer:
+                    ids = torch.cat([ids, model(ids)[0][:, -1:].argmax(-1)], dim=1)
+            first_right += ids[0, -len(answer)].item() == answer[0]
+        assert row["first_correct"] == first_right, row
+    perplexity = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
+    assert {(r["label"], r["l_valid"]) for r in perplexity} == {("ALiBi, L then 4L", 40)}
+
+
+@pytest.mark.parametrize("extra", [
+    ("--length-temperature", "ssmax", "--length-temperature-length", "8"),
+    ("--length-temperature", "logn", "--length-temperature-form", "logit", "--length-temperature-length", "8"),
+    ("--adaptive-softmax-cutoff", "20,40"),  # an adaptive softmax: its log-probabilities, the last position only
+])
+def test_the_fairseq_decoder_is_the_full_forwards_argmax_and_batches_as_one_prompt_at_a_time(extra):
+    """score.greedy on models the export refuses (a learned temperature, a test-time one) and on an adaptive
+    softmax: each word is the argmax of the model's full forward, token by token, and a batch decodes what
+    its prompts decode alone. Weights moved off their start and logits pulled far below zero, as a trained
+    model's (a random one's argmax ties hide nothing then)."""
+    from conftest import TINY, build_model
+    from fairseq_alibi_lab.experiments.retrieval.score import greedy
+
+    torch.manual_seed(0)
+    flags = [f for f in TINY if f != "--share-decoder-input-output-embed" or "--adaptive-softmax-cutoff" not in extra]
+    model, _ = build_model(vocab=60, extra=[*flags, *extra])
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    prompts = torch.randint(4, 60, (3, 30))
+    with torch.no_grad():
+        words = greedy(model, prompts, 2)
+        for i in range(3):
+            ids = prompts[i:i + 1]
+            for _ in range(2):
+                log_probs = model.get_normalized_probs(model(ids), log_probs=True)
+                ids = torch.cat([ids, log_probs[:, -1:].argmax(-1)], dim=1)
+            assert words[i].tolist() == ids[0, -2:].tolist()
+            assert greedy(model, prompts[i:i + 1], 2)[0].tolist() == words[i].tolist()
