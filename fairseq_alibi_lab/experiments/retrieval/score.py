@@ -22,20 +22,19 @@ def group_key(row):
 DECODERS = ("hf", "fairseq")
 
 
-def greedy(model, prompts, new):
-    """The `new` words a fairseq LM decodes greedily after each prompt of a batch (of equal lengths): the
-    whole text forwarded again for each word, the last position's scores only (an adaptive softmax's whole
-    vocabulary at 8,192 positions would take gigabytes)."""
+def teacher_forced(model, prompts, answers):
+    """Each answer word's argmax behind its prompt and the answer's words before it, by a fairseq LM, in one
+    forward (a batch of equal lengths): a greedy decoding matches the whole answer exactly when every one of
+    these is its word, and its first word when the first is, so the counts are greedy decoding's at the cost of
+    one forward; the last positions' scores only (an adaptive softmax's whole vocabulary at 8,192 positions
+    would take gigabytes)."""
     import torch
 
-    tokens = prompts
+    features, _ = model.decoder(torch.cat([prompts, answers[:, :-1]], dim=1), features_only=True)
+    last = features[:, -answers.size(1):]
     adaptive = getattr(model.decoder, "adaptive_softmax", None)
-    for _ in range(new):
-        features, _ = model.decoder(tokens, features_only=True)
-        last = features[:, -1:]
-        scores = adaptive.get_log_prob(last, None) if adaptive is not None else model.decoder.output_layer(last)
-        tokens = torch.cat([tokens, scores[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return tokens[:, prompts.size(1):]
+    scores = adaptive.get_log_prob(last, None) if adaptive is not None else model.decoder.output_layer(last)
+    return scores.argmax(-1)
 
 
 def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengths=None, fields=None, decoder="hf"):
@@ -101,10 +100,10 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
             dictionary = task.source_dictionary
             if decoder == "hf":
                 hf = hf_model_of(model, dictionary, {}).eval()
-                decode = lambda prompts, new: hf.generate(prompts, max_new_tokens=new, do_sample=False,  # noqa: E731
-                                                          pad_token_id=dictionary.pad())[:, prompts.size(1):]
-            else:
-                decode = functools.partial(greedy, model)
+                decode = lambda prompts, answers: hf.generate(  # noqa: E731
+                    prompts, max_new_tokens=answers.size(1), do_sample=False, pad_token_id=dictionary.pad())[:, prompts.size(1):]
+            else:  # the words greedy decoding is counted by (teacher_forced: the same counts)
+                decode = functools.partial(teacher_forced, model)
             # The dense path's bias is batch x heads x T x S floats: prompts go in batches under MASK_BYTES
             # (a whole group of 20 to 16L at L = 64, as always; one at a time at 8,192 tokens).
             batch = max(1, MASK_BYTES // (4 * model.decoder.layers[0].self_attn.num_heads * (length + 1) ** 2))
@@ -114,7 +113,7 @@ def score(checkpoint, data, tests_path, out, label="", scalings=("none",), lengt
                     prompts = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]
                                             for t in group[start:start + batch]])
                     with torch.no_grad():
-                        decoded += decode(prompts, len(answers[0])).tolist()
+                        decoded += decode(prompts, torch.tensor(answers[start:start + batch])).tolist()
                 correct = sum(decoded[i] == answers[i] for i in range(len(group)))
                 first = sum(decoded[i][0] == answers[i][0] for i in range(len(group)))
                 row = {"label": label or None, **scored, "scaling": scaling, "task": name, "length": length, "depth": depth,
