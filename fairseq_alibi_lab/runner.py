@@ -317,7 +317,9 @@ class Runner:
                 self.start_part(job, part)
                 # The part runs what this run was started as (scripts/experiment.py, an experiment's own file).
                 command = [sys.executable, os.path.abspath(sys.argv[0]), self.name, "--models", names(model)[2],
-                           "--seeds", str(seed), "--out", part, "--checkpoints", context.checkpoints, "--data", context.given_data or context.data,
+                           "--seeds", str(seed), "--out", part, "--checkpoints", context.checkpoints,
+                           # the data given, else none: a part prepares (finds) each length's own as this run does
+                           *(["--data", context.given_data] if context.given_data else []),
                            "--updates", str(context.updates), "--train-length", str(context.length),
                            *(["--lengths", *map(str, context.given_lengths)] if context.given_lengths else []),
                            "--train-flags", shlex.join(context.train_flags),
