@@ -16,7 +16,7 @@ and printed, with the code's commit, the machine and the fields of $ROW_FIELDS (
 
 From Python, score(scorings, data) checks several checkpoints (Scoring: each with its own OUT,
 label, lengths, strides and scalings) before scoring any, then scores them all in one process
-(fairseq_alibi_lab/conversion.py: a run's kept checkpoints on the recovery curve).
+(fairseq_alibi_lab/experiments/conversion/recovery.py: a run's kept checkpoints on the recovery curve).
 """
 import ast
 import contextlib

@@ -33,13 +33,20 @@ def slope_row(checkpoint, label, fields):
             "commit": provenance.commit(), "machine": provenance.machine(), **fields}
 
 
-def record(out, checkpoint, label, fields):
-    """Append checkpoint's slope row to OUT/slopes.jsonl unless it holds one already (a Model.records entry)."""
+def record(context, job):
+    """A Model.records entry: the job's slope row (record_row); True if it wrote one."""
+    return record_row(context.out, job.checkpoint, job.model.label, json.loads(context.row_fields(job.checkpoint)))
+
+
+def record_row(out, checkpoint, label, fields):
+    """Append checkpoint's slope row to OUT/slopes.jsonl unless it holds one already; True if it wrote one."""
     from fairseq_alibi_lab.result_rows import append_lines, read_rows
 
     path = os.path.join(out, ROWS)
-    if not any(r.get("checkpoint") == checkpoint for r in read_rows(path)):
-        append_lines(path, [json.dumps(slope_row(checkpoint, label, fields))])
+    if any(r.get("checkpoint") == checkpoint for r in read_rows(path)):
+        return False
+    append_lines(path, [json.dumps(slope_row(checkpoint, label, fields))])
+    return True
 
 
 def table(out, checkpoints):

@@ -295,6 +295,8 @@ class Runner:
             scored = self.evaluate(job)
             if self.stages.score:
                 scored = self.stages.score(self.context, job) or scored
+            for record in job.model.records:  # what else its declaration records of it
+                scored = record(self.context, job) or scored
             if scored and number < len(jobs):
                 self.tabulate()  # what is done so far, in case the run is stopped
             if time.time() - job_start > 30:

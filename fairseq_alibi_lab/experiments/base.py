@@ -44,8 +44,9 @@ class Model:
     # A prepared checkpoint: the model is the one its run kept after as many updates as that one's
     # (--save-interval-updates), not the run's last.
     kept_at: str = ""
-    # What an experiment's scoring also records of this model, each record(out, checkpoint, label, fields)
-    # writing rows of its own under OUT (retrieval: learned slopes' reach in tokens).
+    # What else is recorded of this model once it is scored, each record(context, job) -> True if it wrote
+    # rows of its own under OUT (the runner calls them; their files are in Stages.rows): retrieval's learned
+    # slopes' reach in tokens, streaming's streams (a model that can stream declares it).
     records: tuple = ()
     family: str = ""  # the panel its rows are drawn in, where an experiment's figures group models (retrieval's)
 

@@ -345,7 +345,7 @@ def test_distillation_training_saves_no_teacher_and_resumes(sinusoidal_checkpoin
 
 
 def test_recovery_curve_scores_the_from_scratch_run_sparsely_before_the_fine_tuning_window(tmp_path):
-    from fairseq_alibi_lab.conversion import kept_checkpoints
+    from fairseq_alibi_lab.experiments.conversion.recovery import kept_checkpoints
     for updates in range(10, 170, 10):  # a from-scratch run of 160 updates, one kept every 10; the teacher's 120
         (tmp_path / f"checkpoint_{updates // 50 + 1}_{updates}.pt").touch()
     (tmp_path / "checkpoint_last.pt").touch()
@@ -405,7 +405,8 @@ def test_gpt2_schedules_rule_picks_the_highest_peak_that_does_not_set_the_gpt2_b
     """gpt2-schedule's declared rule, on rows: the highest no-warm-up peak whose continued GPT-2 is no
     worse than the imported one at L (nonoverlapping), else the lowest; rows at other lengths, strides
     or splits do not count; missing rows are one line naming the run."""
-    from fairseq_alibi_lab.experiments.gpt2_deconfounded import IMPORTED, PEAKS, chosen_peak, continued
+    from fairseq_alibi_lab.experiments.conversion.gpt2 import IMPORTED
+    from fairseq_alibi_lab.experiments.conversion.schedule import PEAKS, chosen_peak, continued
 
     def row(label, perplexity, **other):
         return dict({"label": label, "checkpoint": f"{label}.pt", "split": "valid", "stride": 0, "l_valid": 64,
@@ -426,7 +427,7 @@ def test_gpt2_alibi_2_fine_tunes_with_the_peak_gpt2_schedules_committed_rows_cho
     """The declared schedule of gpt2-alibi-2 is the rule's answer on gpt2-schedule's committed rows, and
     every fine-tune of gpt2-alibi-2 takes it (no warm-up, that peak)."""
     from fairseq_alibi_lab.experiments import EXPERIMENTS
-    from fairseq_alibi_lab.experiments.gpt2_deconfounded import PEAK, chosen_peak
+    from fairseq_alibi_lab.experiments.conversion.schedule import PEAK, chosen_peak
     from fairseq_alibi_lab.result_rows import read_rows
 
     rows = read_rows(os.path.join(REPO, "examples", "wikitext2", "results", "gpt2-schedule", "results.jsonl"))
@@ -441,7 +442,7 @@ def test_the_deconfounded_experiments_wall_time_table_takes_each_trainings_longe
     the measurements kept in training-resources.csv, so the table rebuilds once the checkpoints are gone."""
     import shutil
 
-    from fairseq_alibi_lab.experiments.gpt2_deconfounded import wall_time
+    from fairseq_alibi_lab.experiments.conversion.wall_time import wall_time
 
     rows = [{"label": "GPT-2 (imported)", "checkpoint": str(tmp_path / "ck" / "imported-s1" / "checkpoint.pt"), "updates": 0}]
     for seed, calls in ((1, (100.0, 5.0)), (2, (140.0,))):

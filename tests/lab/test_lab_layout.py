@@ -186,6 +186,7 @@ def test_kinds_and_stages_are_given_a_job_and_a_context_never_the_runner():
                 functions += [value.path, value.updates, value.make]
             elif callable(value):
                 functions.append(value)
+        functions += [record for model in experiment.models for record in model.records]
     for kind in KINDS.values():
         functions += [member for name, member in vars(kind).items() if callable(member) and not name.startswith("_")]
     checked = set()
@@ -195,8 +196,9 @@ def test_kinds_and_stages_are_given_a_job_and_a_context_never_the_runner():
         assert not parameters & {"runner", "run", "args"}, where
         assert not re.search(r"\b(runner|run)\.\w|\bargs\.(train_flags|data|out|seeds|models|updates)\b", source), where
         checked.add(where)
-    assert {"fairseq_alibi_lab.conversion.make", "fairseq_alibi_lab.kinds.CausalLM.train_command",
-            "fairseq_alibi_lab.experiments.retrieval.score.score_model"} <= checked
+    assert {"fairseq_alibi_lab.experiments.conversion.teacher.make", "fairseq_alibi_lab.kinds.CausalLM.train_command",
+            "fairseq_alibi_lab.experiments.retrieval.score.score_model",
+            "fairseq_alibi_lab.experiments.streaming.stages.stream", "fairseq_alibi_lab.learned_slopes.record"} <= checked
 
 
 def test_the_runner_asks_a_job_what_a_model_declares_of_prepared_checkpoints():

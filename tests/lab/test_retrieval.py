@@ -611,7 +611,7 @@ def test_a_learned_slope_models_slopes_and_reaches_are_read_from_its_checkpoint(
     out = tmp_path / "out"
     out.mkdir()
     for path in (*paths, paths[0]):
-        learned_slopes.record(str(out), path, "ALiBi, learned slopes", fields)
+        learned_slopes.record_row(str(out), path, "ALiBi, learned slopes", fields)
     assert len((out / learned_slopes.ROWS).read_text().splitlines()) == 2
     lines = learned_slopes.table(str(out), set(paths))
     slope_line = next(line for line in lines if line.startswith("| ALiBi, learned slopes: slope"))

@@ -193,7 +193,7 @@ def test_the_streaming_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     import sys
 
     from conftest import REPO, run
-    from fairseq_alibi_lab import stream_eval
+    from fairseq_alibi_lab.experiments.streaming import STREAMED, stages
 
     data, text = tmp_path / "data", tmp_path / "valid.tokens"
     with open(os.path.join(os.path.dirname(wt2_slice), "valid.tokens")) as f:
@@ -234,12 +234,12 @@ def test_the_streaming_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     assert len((out / "streaming.jsonl").read_text().splitlines()) == 3
     # A sinusoidal row beside it: not streamed, and said so.
     twin = dict(rows[0], label="Sinusoidal", model="transformer_lm", checkpoint="twin.pt")
-    text = stream_eval.report([*rows, twin], str(out))
+    text = stages.report([*rows, twin], str(out), STREAMED)
     assert "| Sinusoidal | " in text and text.count("cannot stream (position embeddings)") == 3
     # Another split's streams: a table of their own (no blocks were scored there).
     with open(out / "streaming.jsonl", "a") as f:
         f.write(json.dumps(dict(window_only, split="test", perplexity=123.456)) + "\n")
-    text = stream_eval.report(rows, str(out))
+    text = stages.report(rows, str(out), STREAMED)
     assert "## The test split as one text, streamed only" in text and "| ALiBi | 123.46 (n=1) | - | - |" in text
 
 

@@ -164,8 +164,6 @@ def score_model(context, job, decoder="hf"):
                                model.label, "--scalings", *scalings, "--lengths", *map(str, asked),
                                "--fields", context.row_fields(checkpoint), "--decoder", decoder],
                               f"scoring {model.label}'s retrieval")
-    for record in model.records:  # what else the declaration records of it (learned slopes: their reach)
-        record(context.out, checkpoint, model.label, json.loads(context.row_fields(checkpoint)))
     window = max(wanted)
     if window > max(MULTIPLES) * context.length and not any(
             r.get("checkpoint") == checkpoint and r.get("length") == window for r in read_rows(os.path.join(context.out, BY_POSITION_ROWS))):
