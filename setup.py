@@ -26,9 +26,9 @@ setup(
                     "hf": ["transformers>=5,<6", "tokenizers", "safetensors", "lm-eval", "accelerate"],
                     # fairseq_alibi/hf/onnx.py's graphs, run by ONNX Runtime (tests/library/test_onnx.py)
                     "onnx": ["onnx", "onnxruntime"]},
-    # fairseq's tools with the plugin loaded, from any directory (fairseq_alibi/tools/cli.py).
+    # fairseq's tools with the plugin loaded, from any directory (fairseq_alibi/commands/cli.py).
     entry_points={"console_scripts": [
-        f"fairseq-alibi-{tool.replace('_', '-')}=fairseq_alibi.tools.cli:{tool}"
+        f"fairseq-alibi-{tool.replace('_', '-')}=fairseq_alibi.commands.cli:{tool}"
         for tool in ("train", "eval_lm", "generate", "interactive")
     ] + ["fairseq-alibi-export-hf=fairseq_alibi.hf.export:main", "fairseq-alibi-import-hf=fairseq_alibi.hf.import_gpt2:main",
          "fairseq-alibi-lm-eval=fairseq_alibi.hf.lm_eval_backend:main"]},

@@ -60,7 +60,7 @@ def trained(checkpoint, user_overrides):
     if other:
         fail(other)
     if state.get("cfg") is None and state.get("args") is not None:  # fairseq's argparse-era layout, as fairseq reads it
-        from fairseq_alibi.tools.convert_checkpoint import with_config
+        from fairseq_alibi.commands.convert_checkpoint import with_config
 
         state = with_config(state)
     try:
@@ -81,7 +81,7 @@ def trained(checkpoint, user_overrides):
     # The paper's fork saves ALiBi models as transformer_lm: scored as they are, they are sinusoidal.
     if "max_tokens" in model:
         fail(f"{checkpoint} is a checkpoint of the paper's fork, which fairseq would score as sinusoidal: convert "
-             f"it first with python -m fairseq_alibi.tools.convert_checkpoint {checkpoint} NEW.pt")
+             f"it first with python -m fairseq_alibi.commands.convert_checkpoint {checkpoint} NEW.pt")
     name = model["_name"]
     method = name.split("_transformer_lm")[0]
     seed = (cfg.get("common") or {}).get("seed")
@@ -105,7 +105,7 @@ def check_scalings(checkpoint, name, has_method_scaling, scalings, has_temperatu
             if method not in METHODS:
                 fail(f"SCALING={scaling} applies to the plugin's causal models, {checkpoint} is {name}")
             if not has_temperature:  # fairseq silently ignores --model-overrides of fields a config lacks
-                fix = (f"add it with python -m fairseq_alibi.tools.convert_checkpoint {checkpoint} NEW.pt" if method == "alibi"
+                fix = (f"add it with python -m fairseq_alibi.commands.convert_checkpoint {checkpoint} NEW.pt" if method == "alibi"
                        else "retrain it with this version")
                 fail(f"{checkpoint} predates the length temperature (no length_temperature in its config): {fix}")
             continue
@@ -116,7 +116,7 @@ def check_scalings(checkpoint, name, has_method_scaling, scalings, has_temperatu
                  f"or {SCALINGS[method][-1]}")
         if not has_method_scaling:  # fairseq silently ignores --model-overrides of fields a config lacks
             if method == "alibi":
-                fail(f"{checkpoint} predates ALiBi scaling: add it with python -m fairseq_alibi.tools.convert_checkpoint "
+                fail(f"{checkpoint} predates ALiBi scaling: add it with python -m fairseq_alibi.commands.convert_checkpoint "
                      f"{checkpoint} NEW.pt")
             fail(f"{checkpoint} predates rotary scaling (no rotary_scaling in its config): retrain it with this version")
 

@@ -14,7 +14,7 @@ import sys
 import traceback
 
 from fairseq_alibi.tools import dictionaries
-from fairseq_alibi.tools import mistakes
+from fairseq_alibi.commands import mistakes
 from fairseq_alibi.tools.flags import last_value
 from fairseq_alibi_lab import recipes
 
@@ -149,7 +149,7 @@ def continuing(extra, save_dir, data):
 
 def main(argv):
     from fairseq_alibi.methods import CAUSAL_METHODS
-    from fairseq_alibi.tools.cli import inference_only_flag
+    from fairseq_alibi.commands.cli import inference_only_flag
 
     methods = list(CAUSAL_METHODS)
     if argv == ["--usage"]:  # train.sh --help: after its header

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 from fairseq_alibi.tools import dictionaries
-from fairseq_alibi.tools import mistakes
+from fairseq_alibi.commands import mistakes
 from fairseq_alibi.tools.flags import last_value
 from fairseq_alibi_lab import recipes
 

@@ -122,7 +122,7 @@ class LayerBias(nn.Module):
 
 def option(default, help: str, choices: Optional[Tuple] = None, inference_only: bool = False):
     """A method's option: its one default, help, choices; inference_only: set at evaluation
-    (--model-overrides), refused at training (tools/cli.py)."""
+    (--model-overrides), refused at training (commands/cli.py)."""
     metadata = {"help": help, "inference_only": inference_only}
     if choices is not None:
         metadata["choices"] = tuple(choices)

@@ -407,7 +407,7 @@ def test_scaling_needs_an_alibi_checkpoint_that_knows_the_option(toy_checkpoint,
     proc = subprocess.run(["scripts/eval.sh", old, wt2_slice, tmp_path / "r.jsonl", "64"], cwd=REPO,
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 1 and "predates ALiBi scaling" in proc.stderr and "convert_checkpoint" in proc.stderr
-    run(["python", "-m", "fairseq_alibi.tools.convert_checkpoint", old, upgraded])
+    run(["python", "-m", "fairseq_alibi.commands.convert_checkpoint", old, upgraded])
     run(["scripts/eval.sh", upgraded, wt2_slice, tmp_path / "r.jsonl", "64"], env=env)
     run(["scripts/eval.sh", toy_checkpoint, wt2_slice, tmp_path / "r.jsonl", "64"], env=env)
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
@@ -424,7 +424,7 @@ def test_a_length_temperature_at_test_time_scores_a_checkpoint_trained_without_o
     proc = subprocess.run(["scripts/eval.sh", old, wt2_slice, tmp_path / "r.jsonl", "128"], cwd=REPO,
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 1 and "predates the length temperature" in proc.stderr.strip().splitlines()[-1]
-    run(["python", "-m", "fairseq_alibi.tools.convert_checkpoint", old, upgraded])
+    run(["python", "-m", "fairseq_alibi.commands.convert_checkpoint", old, upgraded])
     run(["scripts/eval.sh", upgraded, wt2_slice, tmp_path / "r.jsonl", "128"], env=env)
     rows = {r["scaling"]: r["perplexity"] for r in map(json.loads, (tmp_path / "r.jsonl").read_text().splitlines())}
     assert set(rows) == {"none", "logn", "logn_logit"} and len(set(rows.values())) == 3

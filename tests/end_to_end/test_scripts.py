@@ -71,7 +71,7 @@ def test_eval_script_refuses_an_unconverted_fork_checkpoint(fork_checkpoint, wt2
     proc = subprocess.run(["scripts/eval.sh", fork_checkpoint, wt2_slice, tmp_path / "r.jsonl", "64"],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "convert it first with python -m fairseq_alibi.tools.convert_checkpoint" in proc.stderr.strip().splitlines()[-1]
+    assert "convert it first with python -m fairseq_alibi.commands.convert_checkpoint" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "r.jsonl").exists()
 
 

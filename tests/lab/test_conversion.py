@@ -78,7 +78,7 @@ def load(path):
 
 
 def convert(source, target, *flags):
-    return subprocess.run(["python", "-m", "fairseq_alibi.tools.convert_checkpoint", *flags, str(source), str(target)],
+    return subprocess.run(["python", "-m", "fairseq_alibi.commands.convert_checkpoint", *flags, str(source), str(target)],
                           cwd=REPO, capture_output=True, text=True)
 
 

@@ -13,7 +13,8 @@ import torch
 from conftest import REPO, run
 
 from fairseq_alibi import methods  # noqa: E402
-from fairseq_alibi.tools import dictionaries, files, mistakes  # noqa: E402
+from fairseq_alibi.commands import mistakes  # noqa: E402
+from fairseq_alibi.tools import dictionaries, files  # noqa: E402
 from fairseq_alibi_lab import result_rows  # noqa: E402
 from fairseq_alibi_lab import processes  # noqa: E402
 from fairseq_alibi_lab import recipes  # noqa: E402
@@ -214,7 +215,7 @@ def test_synthetic_tasks_are_made_once_and_other_options_over_them_are_refused(t
 
 def test_a_training_of_no_limit_is_refused(tmp_path):
     """fairseq takes --max-update 0 as no limit: a run that would never be finished. Both trainers
-    ask fairseq_alibi/tools/mistakes.py (one rule)."""
+    ask fairseq_alibi/commands/mistakes.py (one rule)."""
     import subprocess
 
     proc = subprocess.run(["scripts/train_once.sh", tmp_path / "save", "toy", "--", "fairseq-train", "data",
@@ -375,7 +376,7 @@ def test_each_tool_refuses_a_checkpoint_of_another_kind_naming_the_tool_that_tak
     import argparse
     import subprocess
 
-    from fairseq_alibi.tools import cli
+    from fairseq_alibi.commands import cli
 
     def fake(name, task, cfg_form):
         path = tmp_path / f"{name}.pt"
@@ -392,7 +393,7 @@ def test_each_tool_refuses_a_checkpoint_of_another_kind_naming_the_tool_that_tak
     torch.save({"cfg": {"model": argparse.Namespace(arch="alibi_roberta_small", task="masked_lm"),
                         "task": {"_name": "masked_lm"}}, "model": {}}, saved_mlm)
     from fairseq_alibi.checks import ConfigError
-    from fairseq_alibi.tools.convert_checkpoint import convert_state
+    from fairseq_alibi.commands.convert_checkpoint import convert_state
 
     for path, kind in [(masked, "a masked LM"), (saved_mlm, "a masked LM"), (translation, "an encoder-decoder")]:
         with pytest.raises(ConfigError, match=f"is {kind} checkpoint: only causal language models"):
@@ -568,7 +569,7 @@ def test_two_runners_started_together_prepare_the_data_one_after_the_other(tmp_p
 def test_a_converted_checkpoint_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     """torch.save's zip writer reports a full disk as a RuntimeError after writing part of the file:
     no truncated checkpoint is left for a retry to refuse as existing."""
-    from fairseq_alibi.tools import convert_checkpoint
+    from fairseq_alibi.commands import convert_checkpoint
 
     source = tmp_path / "lm.pt"
     torch.save({"cfg": {"model": {"_name": "alibi_transformer_lm", "arch": "alibi_transformer_lm_small"},

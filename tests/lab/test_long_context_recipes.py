@@ -65,7 +65,7 @@ def test_continue_from_is_fairseqs_continue_once_on_the_first_launch_only(tmp_pa
 
 
 def test_a_fine_tune_may_take_an_inference_only_scaling_and_a_training_from_scratch_may_not():
-    from fairseq_alibi.tools.cli import inference_only_flag
+    from fairseq_alibi.commands.cli import inference_only_flag
 
     assert inference_only_flag(["--rotary-scaling", "yarn"]) == "--rotary-scaling"
     for continuing in ("--continue-from", "--finetune-from-model", "--continue-once"):
@@ -191,3 +191,44 @@ def test_the_fairseq_decoder_counts_what_greedy_decoding_counts_in_one_forward(e
             assert (predicted[i, 0] == answers[i, 0]).item() == (decoded[i][0] == answers[i, 0]).item(), i
             assert teacher_forced(model, prompts[i:i + 1], answers[i:i + 1])[0].tolist() == predicted[i].tolist()
         assert 2 <= sum((predicted[i] == answers[i]).all().item() for i in range(6)) < 6  # both outcomes seen
+
+
+def test_the_headline_table_counts_the_included_seeds_needles_past_the_field_and_each_arms_whole_cost(tmp_path):
+    """summary.md from rows written out by hand: the first key word's depth mean over the needles more than
+    1,024 tokens from the question only (a near needle's 100% left out), mean ± std over the seeds; the
+    curriculum's cost its first stage's 75% share of the run at L's mean and its own; a test-time arm's row
+    beside its training's; the floors of the prompts and the unigram under it."""
+    from fairseq_alibi_lab.experiments.long_context_recipes import ARMS, CURRICULUM
+    from fairseq_alibi_lab.experiments.long_context_recipes.summary import summary
+    from fairseq_alibi_lab.experiments.retrieval.floors import FLOOR_ROWS
+    from fairseq_alibi_lab.experiments.retrieval.score import ROWS
+    from test_retrieval import toy_floors
+
+    out = tmp_path / "out"
+    out.mkdir()
+    scored = []
+    for label, checkpoint, value in (("ALiBi", "a1", 0.4), ("ALiBi", "a2", 0.6), (CURRICULUM, "c1", 0.9), (CURRICULUM, "c2", 0.7)):
+        for task in ("passkey", "multikey"):
+            for length in (64, 2048, 8192):
+                for depth in (0.0, 0.25, 0.5, 0.75, 1.0):
+                    near = length * (1 - depth) + 5 <= 1024
+                    scored.append({"label": label, "checkpoint": checkpoint, "scaling": "none", "task": task, "length": length,
+                                   "depth": depth, "n": 10, "accuracy": 0.0, "first_accuracy": 1.0 if near else value,
+                                   "prompts_sha256": "toy", "model": "alibi_transformer_lm_small"})
+    (out / ROWS).write_text("".join(json.dumps(r) + "\n" for r in scored))
+    (out / FLOOR_ROWS).write_text("".join(json.dumps(r) + "\n" for r in toy_floors(scored)))
+    rows = [{"label": label, "model": "alibi_transformer_lm_small", "checkpoint": c, "l_valid": lv, "stride": 0,
+             "split": "valid", "scaling": scaling, "perplexity": p, "updates": 5600}
+            for label, c, lv, scaling, p in (("ALiBi", "a1", 64, "none", 160.0), ("ALiBi", "a2", 64, "none", 170.0),
+                                             ("ALiBi", "a1", 2048, "ntk", 150.0), ("ALiBi", "a2", 2048, "ntk", 152.0),
+                                             (CURRICULUM, "c1", 64, "none", 165.0), (CURRICULUM, "c2", 64, "none", 167.0))]
+    rows += [{"model": "unigram", "l_valid": lv, "stride": 0, "perplexity": 1244.36} for lv in (64, 2048)]
+    text = summary(rows, str(out), ARMS, {CURRICULUM: ("ALiBi", 0.75)}, 5600,
+                   {"ALiBi": [1000.0, 1200.0], CURRICULUM: [300.0, 320.0]})
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert lines["ALiBi"] == "| ALiBi | 11.5M | 1100 ± 141 | 165.00 ± 7.07 | - | 50.0 ± 14.1 | 50.0 ± 14.1 | 50.0 ± 14.1 | 50.0 ± 14.1 |"
+    assert lines[CURRICULUM].startswith(f"| {CURRICULUM} | 11.5M | 1135 ± 14 | 166.00 ± 1.41 | - | 80.0 ± 14.1 |")
+    assert lines["ALiBi + NTK"].startswith("| ALiBi + NTK | 11.5M | 1100 ± 141 | - | 151.00 ± 1.41 |")  # its training's cost
+    assert lines["floor of the prompts (perplexity: the unigram's)"] == \
+        "| floor of the prompts (perplexity: the unigram's) | | | 1244.36 | 1244.36 | 1.0 | 1.0 | 1.0 | 1.0 |"
+    assert (out / "summary.md").read_text() == text

@@ -200,7 +200,7 @@ def test_every_writer_on_a_read_only_or_full_disk_says_so_in_one_line(refusing_d
         tools = {
             "import": ["-m", "fairseq_alibi.hf.import_gpt2", str(tmp_path / "hf"), f"{disk}/imported"],
             "export": ["-m", "fairseq_alibi.hf.export", toy_checkpoint, f"{disk}/exported"],
-            "convert": ["-m", "fairseq_alibi.tools.convert_checkpoint", toy_checkpoint, f"{disk}/converted/alibi.pt"],
+            "convert": ["-m", "fairseq_alibi.commands.convert_checkpoint", toy_checkpoint, f"{disk}/converted/alibi.pt"],
             "claims": ["scripts/claims.py", committed, "--out", f"{disk}/claims.md"],
             "results": ["scripts/results.py", committed, "--out", f"{disk}/tables"],
             "retrieval make": ["-m", "fairseq_alibi_lab.retrieval", "make", f"{disk}/retrieval", "--source", source],

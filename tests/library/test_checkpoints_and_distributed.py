@@ -23,7 +23,7 @@ def load(path):
 
 def test_converted_fork_checkpoint_is_alibi_with_the_same_weights(fork_checkpoint, tmp_path):
     converted = tmp_path / "converted.pt"
-    out = run(["python", "-m", "fairseq_alibi.tools.convert_checkpoint", fork_checkpoint, converted])
+    out = run(["python", "-m", "fairseq_alibi.commands.convert_checkpoint", fork_checkpoint, converted])
     assert "wrote" in out
     stock = load(fork_checkpoint)  # what stock fairseq silently does: a sinusoidal model
     alibi = load(converted)
@@ -48,7 +48,7 @@ def test_conversion_refuses_what_it_cannot_convert(fork_checkpoint, tmp_path, ca
     else:
         del state["cfg"]["model"]["max_tokens"]
     torch.save(state, tmp_path / "in.pt")
-    proc = subprocess.run(["python", "-m", "fairseq_alibi.tools.convert_checkpoint", tmp_path / "in.pt", tmp_path / "out.pt"],
+    proc = subprocess.run(["python", "-m", "fairseq_alibi.commands.convert_checkpoint", tmp_path / "in.pt", tmp_path / "out.pt"],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]

@@ -105,7 +105,7 @@ def test_a_bpe_gpt2_imported_given_alibi_and_exported_reads_text(tmp_path):
     save_gpt2(tmp_path / "hf", tie=True)
     import_gpt2(str(tmp_path / "hf"), str(tmp_path / "imported"))
     assert sorted(os.listdir(tmp_path / "imported" / HF_TOKENIZER)) == ["tokenizer.json", "tokenizer_config.json"]
-    subprocess.run([sys.executable, "-m", "fairseq_alibi.tools.convert_checkpoint", "--replace-positions",
+    subprocess.run([sys.executable, "-m", "fairseq_alibi.commands.convert_checkpoint", "--replace-positions",
                     str(tmp_path / "imported" / "checkpoint.pt"), str(tmp_path / "alibi" / "alibi.pt")],
                    check=True, capture_output=True, cwd=REPO)
     assert (tmp_path / "alibi" / "vocab.json").is_file()  # kept beside it with dict.txt

@@ -117,7 +117,7 @@ def test_the_alibi_conversion_keeps_the_masked_symbols(negative_gpt2, tmp_path):
     from fairseq_alibi.models.build import load_checkpoint
 
     variant, gpt2, _, _, imported = negative_gpt2
-    proc = subprocess.run([sys.executable, "-m", "fairseq_alibi.tools.convert_checkpoint", "--replace-positions",
+    proc = subprocess.run([sys.executable, "-m", "fairseq_alibi.commands.convert_checkpoint", "--replace-positions",
                            str(imported / "checkpoint.pt"), str(tmp_path / "alibi.pt")], capture_output=True, text=True,
                           cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -161,7 +161,7 @@ def test_a_fine_tune_that_would_drop_the_masked_symbols_is_refused_in_one_line(n
     """fairseq's --finetune-from-model loads the start's weights only: the new model's options are the
     command line's, so a fine-tune of an imported GPT-2 without its --masked-output-symbols would put
     mass on fairseq's specials again."""
-    from fairseq_alibi.tools.mistakes import common_mistake
+    from fairseq_alibi.commands.mistakes import common_mistake
 
     variant, _, _, _, imported = negative_gpt2
     start = str(imported / "checkpoint.pt")

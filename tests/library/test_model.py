@@ -177,7 +177,7 @@ def test_cached_mask_serves_shorter_batches_and_follows_slope_changes(tiny_model
 def test_the_training_entry_point_refuses_evaluation_only_options(argv, monkeypatch):
     """fairseq-alibi-train (train.sh refuses them too): a model trained with scaled slopes would
     then be scored, and labelled, as unscaled."""
-    from fairseq_alibi.tools import cli
+    from fairseq_alibi.commands import cli
 
     monkeypatch.setattr("sys.argv", ["fairseq-alibi-train", "data-bin/x", "--arch", "alibi_transformer_lm", *argv])
     monkeypatch.setattr(cli, "_run", lambda module: pytest.fail("fairseq-train was started"))

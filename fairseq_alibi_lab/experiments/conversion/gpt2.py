@@ -61,7 +61,7 @@ def make_steps(context, seed, standin, gpt2, converted):
         print(f"    importing it -> {gpt2}", flush=True)
         run([sys.executable, "-m", "fairseq_alibi.hf.import_gpt2", standin, os.path.dirname(gpt2), "--seed", str(seed)])
     if converted and not os.path.exists(converted):
-        run([sys.executable, "-m", "fairseq_alibi.tools.convert_checkpoint", "--replace-positions", gpt2, converted])
+        run([sys.executable, "-m", "fairseq_alibi.commands.convert_checkpoint", "--replace-positions", gpt2, converted])
 
 
 def run(command, log=None):

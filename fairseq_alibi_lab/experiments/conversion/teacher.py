@@ -55,7 +55,7 @@ def make(name, context, seed, train, teacher_model):
             print(f"    training the sinusoidal teacher (seed {TEACHER_SEED}, {updates} updates) -> {teacher_dir}", flush=True)
             train(teacher_model, TEACHER_SEED, teacher_dir, updates)
         if name == "converted" and not os.path.exists(converted):
-            run([sys.executable, "-m", "fairseq_alibi.tools.convert_checkpoint", "--replace-positions", teacher, converted])
+            run([sys.executable, "-m", "fairseq_alibi.commands.convert_checkpoint", "--replace-positions", teacher, converted])
 
 
 def updates(name, context, seed):

@@ -1,14 +1,11 @@
-"""gpt2-alibi-2's report: each trained model's training wall time."""
+"""Each trained model's training wall time (gpt2-alibi-2's report; long-context-recipes' too)."""
 import os
 
 
-def wall_time(rows, out):
-    """OUT/wall_time.md: each trained model's training wall time (the longest measured call,
-    trade_table.training_records, kept in OUT/training-resources.csv since the checkpoints do not
-    travel), mean ± std over its seeds, with the machines its rows name. Returns the table, or None
-    where nothing was measured."""
-    from fairseq_alibi.tools.files import written_whole
-    from fairseq_alibi_lab.results import mean_std
+def training_seconds(rows, out):
+    """{label: {checkpoint: (training seconds, updates, machine)}} of the trained models' rows: the longest
+    measured call (trade_table.training_records, kept in OUT/training-resources.csv since the checkpoints
+    do not travel)."""
     from fairseq_alibi_lab.trade_table import record, training_records
 
     trained = [r for r in rows if r.get("checkpoint") and r.get("updates")]
@@ -18,6 +15,16 @@ def wall_time(rows, out):
         seconds = record(records, r["checkpoint"]).get("seconds")
         if seconds is not None:
             by_label.setdefault(r["label"], {})[r["checkpoint"]] = (seconds, r["updates"], r.get("machine"))
+    return by_label
+
+
+def wall_time(rows, out):
+    """OUT/wall_time.md: each trained model's training wall time (training_seconds), mean ± std over its
+    seeds, with the machines its rows name. Returns the table, or None where nothing was measured."""
+    from fairseq_alibi.tools.files import written_whole
+    from fairseq_alibi_lab.results import mean_std
+
+    by_label = training_seconds(rows, out)
     if not by_label:
         return None
     lines = ["# Training wall time (s), mean ± std over seeds", "",

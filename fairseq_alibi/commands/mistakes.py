@@ -2,7 +2,7 @@
 run that never ends, or a silently wrong model): caught before it starts, in one line naming the fix.
 Plain Python, no torch or fairseq (but for a fine-tune, whose start is read), so that it is asked
 cheaply: by scripts/train.sh and train_once.sh (fairseq_alibi_lab/train.py, train_once.py) and
-fairseq_alibi/tools/cli.py (fairseq-alibi-train, fairseq-alibi-eval-lm).
+fairseq_alibi/commands/cli.py (fairseq-alibi-train, fairseq-alibi-eval-lm).
 """
 from typing import List, Optional
 

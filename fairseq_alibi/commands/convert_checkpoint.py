@@ -1,7 +1,7 @@
 """Convert a transformer LM checkpoint into this plugin's ALiBi model.
 
-    python -m fairseq_alibi.tools.convert_checkpoint alibi_wt103_L512.pt alibi_wt103_L512.alibi.pt
-    python -m fairseq_alibi.tools.convert_checkpoint --replace-positions sinusoidal.pt alibi_init.pt
+    python -m fairseq_alibi.commands.convert_checkpoint alibi_wt103_L512.pt alibi_wt103_L512.alibi.pt
+    python -m fairseq_alibi.commands.convert_checkpoint --replace-positions sinusoidal.pt alibi_init.pt
 
 Two kinds of source:
 - A checkpoint of the paper's fork (alibi_wt103_L*.pt), trained with ALiBi. It says

@@ -8,7 +8,8 @@ import sys
 
 from fairseq_alibi.tools import dictionaries
 
-PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))
+# The plugin package (fairseq_alibi/, above commands/): what --user-dir names and checkpoints record.
+PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def with_plugin(argv):
@@ -48,7 +49,7 @@ def refuse_common_mistakes(tool):
     """Exit with one line on a mistake fairseq would answer with a traceback (mistakes.py)."""
     import torch
 
-    from fairseq_alibi.tools.mistakes import common_mistake
+    from fairseq_alibi.commands.mistakes import common_mistake
 
     mistake = common_mistake(tool, sys.argv[1:], torch.cuda.device_count())
     if mistake:

@@ -9,13 +9,16 @@ scored by perplexity (nonoverlapping and sliding) at L..128L and by retrieval (g
 fairseq model itself: the export carries no temperature) at L..128L.
 
 Declared before any training (git history shows it): the arms, the primary family (CLAIMS: six claims,
-Holm-corrected over the family), and the inclusion rule (INCLUSION)."""
+Holm-corrected over the family), and the inclusion rule (INCLUSION). Its own code: summary.py (the
+headline table)."""
 import functools
 
 from fairseq_alibi_lab.claims import Claim
 from fairseq_alibi_lab.curriculum import FirstStages
 from fairseq_alibi_lab.experiments.base import Experiment, Inclusion, Model, Stages, register
-from fairseq_alibi_lab.experiments.retrieval import claims as retrieval_claims, data, floors, report, score
+from fairseq_alibi_lab.experiments.conversion.wall_time import training_seconds, wall_time
+from fairseq_alibi_lab.experiments.long_context_recipes.summary import summary
+from fairseq_alibi_lab.experiments.retrieval import claims as retrieval_claims, data, floors, report as retrieval_report, score
 from fairseq_alibi_lab.experiments.retrieval.prompts import LONG_MULTIPLES, MULTIPLES
 
 UPDATES = 5600  # retrieval's: 4x the small recipe's, which taught no model to copy a key
@@ -73,6 +76,21 @@ CLAIMS = (
     better(YARN_FINETUNE, "Rotary + YaRN", "passkey", 32, primary=False),
 )
 
+
+# The headline table's rows: every arm, a test-time recipe as its training's label + the scaling.
+ARMS = ("ALiBi", "ALiBi + NTK", "ALiBi + LogN", "ALiBi + LogN (whole logit)", SSMAX, CURRICULUM, "Rotary",
+        "Rotary + YaRN", YARN_FINETUNE, "NoPE", "NoPE + LogN")
+
+
+def report(rows, out):
+    """The headline table (summary.md), retrieval's tables, and each training's wall time (a second
+    stage's own there; the headline adds its first stage's share of the run at L's)."""
+    seconds = {label: [s for s, _, _ in runs.values()] for label, runs in training_seconds(rows, out).items()}
+    stages = {CURRICULUM: ("ALiBi", SHARE), YARN_FINETUNE: ("Rotary", SHARE)}
+    return "\n".join(filter(None, (summary(rows, out, ARMS, stages, UPDATES, seconds), retrieval_report.report(rows, out),
+                                    wall_time(rows, out))))
+
+
 register("long-context-recipes", Experiment(
     "Which recipe reaches 16-128L for the same training tokens: ALiBi at L with NTK or a length temperature "
     "(q.k or whole logit) at test time, ALiBi trained with SSMax's learned temperature, ALiBi's curriculum (75% at L, "
@@ -83,6 +101,6 @@ register("long-context-recipes", Experiment(
     train_flags=("--disable-validation",),
     stages=Stages(data=data.prepare_data, data_problem=data.data_problem, prepared=FIRST_STAGES,
                   floors=floors.write_floors, score=functools.partial(score.score_model, decoder="fairseq"),
-                  rows=(score.ROWS, score.BY_POSITION_ROWS), report=report.report,
+                  rows=(score.ROWS, score.BY_POSITION_ROWS), report=report,
                   claim_cells=retrieval_claims.claim_cells, cells=retrieval_claims.scored_cells),
     claims=CLAIMS, inclusion=INCLUSION))

@@ -1,0 +1,72 @@
+"""The experiment's headline table, OUT/summary.md (its results README opens with it): each arm's training
+tokens and wall time, perplexity at L and 32L, and the first key word over the needles past the field on the
+passkey and the multi-key needle at 32L and 128L, mean ± std over the included seeds (n), the floors of
+the prompts under it."""
+import os
+
+from fairseq_alibi_lab.experiments.retrieval.floors import FIELD, depth_means, floor_cells, past, read_floors
+from fairseq_alibi_lab.experiments.retrieval.score import ROWS
+
+TOKENS_PER_UPDATE = 2048  # the small recipe's --max-tokens: every arm's batches, whatever its length
+
+
+def shown(values, digits, n=None):
+    """mean ± std (n=k where fewer than the arm's seeds, or always with n=None); "-" without values."""
+    from fairseq_alibi_lab.results import mean_std
+
+    if not values:
+        return "-"
+    mean, std = mean_std(values)
+    text = f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if len(values) > 1 else "")
+    return text + (f" (n={len(values)})" if n is None or len(values) != n else "")
+
+
+def summary(rows, out, arms, first_stages, updates, seconds):
+    """OUT/summary.md, or None before any retrieval row. rows: the declared runs' perplexity rows (the
+    included seeds'); arms: the table's row labels in order; first_stages: {second stage's label: (first
+    stage's label, its share)}, whose wall time is added in that share; seconds: {label: [each run's
+    training seconds]}."""
+    from fairseq_alibi.tools.files import written_whole
+    from fairseq_alibi_lab.result_rows import read_rows
+    from fairseq_alibi_lab.results import method_name
+
+    checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
+    scored = [r for r in read_rows(os.path.join(out, ROWS)) if r["checkpoint"] in checkpoints]
+    if not scored:
+        return None
+    length = min(r["length"] for r in scored)
+    floors = read_floors(out, scored)
+    keep = past(floors, FIELD) if floors else None
+    found = depth_means(scored, "first_accuracy", keep) if keep else {}
+    perplexity = {}
+    for r in rows:
+        if r.get("checkpoint") and r.get("stride") == 0 and r.get("split") == "valid":
+            perplexity.setdefault((method_name(r), r["l_valid"]), {})[r["checkpoint"]] = r["perplexity"]
+    lengths = (length, 32 * length)
+    cells = [(task, k) for task in ("passkey", "multikey") for k in (32, 128)]
+    head = ["arm", "tokens", "training s", *(f"perplexity at {lv}" for lv in lengths),
+            *(f"{task} past the field, {k}L" for task, k in cells)]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for arm in arms:
+        runs = seconds.get(arm.split(" + ")[0], [])
+        cost = shown(runs, 0, n=len(runs))
+        if arm in first_stages and runs:
+            first, share = first_stages[arm]
+            before = seconds.get(first, [])
+            cost = shown([share * sum(before) / len(before) + s for s in runs], 0, n=len(runs)) if before else "-"
+        n = len({c for lv in lengths for c in perplexity.get((arm, lv), {})}) or None
+        row = [arm, f"{updates * TOKENS_PER_UPDATE / 1e6:.1f}M", cost,
+               *(shown(list(perplexity.get((arm, lv), {}).values()), 2, n) for lv in lengths),
+               *(shown([100 * v for v in found.get((task, arm, k * length), {}).values()], 1, n) for task, k in cells)]
+        lines.append("| " + " | ".join(row) + " |")
+    floor = floor_cells(floors, "first_accuracy", keep) if keep else {}
+    unigram = {r["l_valid"]: r["perplexity"] for r in rows if r.get("model") == "unigram" and r.get("stride") == 0}
+    lines.append("| floor of the prompts (perplexity: the unigram's) | | | " + " | ".join(
+        f"{unigram[lv]:.2f}" if lv in unigram else "-" for lv in lengths) + " | " + " | ".join(
+        f"{100 * next(iter(floor[(task, 'Floor', k * length)].values())):.1f}" if (task, "Floor", k * length) in floor else "-"
+        for task, k in cells) + " |")
+    text = (f"First key word (%) over the needles more than {FIELD} tokens from the question, depth mean; perplexity in "
+            f"blocks of the length (validation); mean ± std over the included seeds.\n\n" + "\n".join(lines) + "\n")
+    with written_whole(os.path.join(out, "summary.md")) as partial, open(partial, "w") as f:
+        f.write(text)
+    return text
