@@ -165,6 +165,10 @@ def given(function):
 
     while isinstance(function, functools.partial):
         function = function.func
+    if isinstance(function, (staticmethod, classmethod)):
+        function = function.__func__
+    if not inspect.isfunction(function) and not inspect.ismethod(function):  # a callable object: its __call__
+        function = function.__call__
     return function, set(inspect.signature(function).parameters), inspect.getsource(function)
 
 
@@ -198,7 +202,8 @@ def test_kinds_and_stages_are_given_a_job_and_a_context_never_the_runner():
         checked.add(where)
     assert {"fairseq_alibi_lab.experiments.conversion.teacher.make", "fairseq_alibi_lab.kinds.CausalLM.train_command",
             "fairseq_alibi_lab.experiments.retrieval.score.score_model",
-            "fairseq_alibi_lab.experiments.streaming.stages.stream", "fairseq_alibi_lab.learned_slopes.record"} <= checked
+            "fairseq_alibi_lab.experiments.streaming.stages.stream", "fairseq_alibi_lab.learned_slopes.record",
+            "fairseq_alibi_lab.experiments.conversion.recovery.Curve.__call__"} <= checked
 
 
 def test_the_runner_asks_a_job_what_a_model_declares_of_prepared_checkpoints():

@@ -2,10 +2,11 @@
 sinusoidal LM given ALiBi (its prepared checkpoints: teacher.py).
 
 The recovery curve: each training's kept checkpoints (--save-interval-updates) scored at L into
-OUT/recovery.jsonl, labelled by run (CURVES), the from-scratch run's sparsely before the teacher's
+OUT/recovery.jsonl, labelled by the curve its model declares (a Curve in its Model.records), the from-scratch run's sparsely before the teacher's
 updates; OUT/recovery.md and recovery.png from it. OUT/generation.md: generate.py's continuations
 by the seed-1 models, written once, when they are all trained.
 """
+import dataclasses
 import json
 import os
 import re
@@ -17,10 +18,8 @@ from fairseq_alibi_lab import recipes
 from fairseq_alibi_lab.experiments.conversion.teacher import finished, path, updates
 from fairseq_alibi_lab.results import cell, mean_std, per_run, pyplot, read_json_lines
 
-ROWS = "recovery.jsonl"  # under the runner's OUT: what score_model appends to (the runner merges parallel parts' by it)
+ROWS = "recovery.jsonl"  # under the runner's OUT: what the curves append to (the runner merges parallel parts' by it)
 GENERATION = "generation.md"
-# A run's save-directory stem -> its label in recovery.jsonl (the prepared ones by their name).
-CURVES = {"finetune-ce": "ce", "finetune-distill": "distill", "teacher-continued": "continued", "alibi": "scratch"}
 SPARSE = 4  # the from-scratch run before the fine-tuning window: one kept checkpoint in SPARSE scored
 
 
@@ -34,25 +33,39 @@ def kept_checkpoints(save_dir, teacher_updates, every, scratch=False):
     return [found[n] for n in sorted(found) if not scratch or n >= teacher_updates or n % (SPARSE * every) == 0]
 
 
-def score_model(context, job):
-    """The model's points of the recovery curve at L (those OUT/recovery.jsonl lacks), then the
-    continuations if they are due; True if it scored anything."""
-    from fairseq_alibi_lab import evaluate  # loads fairseq: here only, not when the runner starts
+@dataclasses.dataclass(frozen=True)
+class Curve:
+    """A Model.records entry: the model's run's kept checkpoints scored at L on the recovery curve `name` (its
+    label in OUT/recovery.jsonl; "scratch": ALiBi from scratch, sparsely before the teacher's updates)."""
+    name: str
 
-    out = os.path.join(context.out, ROWS)
-    if job.prepared:
-        scorings = [evaluate.Scoring(job.checkpoint, out, [context.length], job.model.start, show=False)]
-    elif job.kept_updates:  # a checkpoint of another model's run: scored with that run
-        scorings = []
-    else:
-        curve = CURVES[job.model.directory]
+    def __call__(self, context, job):
+        from fairseq_alibi_lab import evaluate  # loads fairseq: here only, not when the runner starts
+
         every = int(recipes.last_value(job.flags, "--save-interval-updates"))
-        kept = kept_checkpoints(job.save_dir, updates("teacher", context, job.seed), every, curve == "scratch")
-        scorings = [evaluate.Scoring(path, out, [context.length], curve, show=False) for path in kept]
+        kept = kept_checkpoints(job.save_dir, updates("teacher", context, job.seed), every, self.name == "scratch")
+        return score_points(context, job, [evaluate.Scoring(path, os.path.join(context.out, ROWS), [context.length],
+                                                            self.name, show=False) for path in kept])
+
+
+def score_points(context, job, scorings):
+    """The scorings' points OUT/recovery.jsonl lacks; True if it scored any."""
+    from fairseq_alibi_lab import evaluate
+
     made = evaluate.score(scorings, context.data, context.split, resume=True,
                           fields=json.loads(context.row_fields(job.checkpoint))) if scorings else 0
     if made:
         print(f"    recovery curve: {made} checkpoints scored at L", flush=True)
+    return bool(made)
+
+
+def score_model(context, job):
+    """A prepared checkpoint's point of the recovery curve at L (the teacher's, the converted model's: its
+    name), then the continuations if they are due; True if it scored anything."""
+    from fairseq_alibi_lab import evaluate
+
+    made = job.prepared and score_points(context, job, [evaluate.Scoring(
+        job.checkpoint, os.path.join(context.out, ROWS), [context.length], job.model.start, show=False)])
     return bool(made) | generate(context)
 
 
@@ -62,10 +75,10 @@ def generate(context):
     have all finished training; written whole, never over an earlier one."""
     out = os.path.join(context.out, GENERATION)
     seed = min(context.seeds)
-    by_directory = {m.directory: m for m in context.experiment.models if m.directory and not m.kept_at}
+    on_curve = {record.name: model for model in context.experiment.models for record in model.records
+                if isinstance(record, Curve)}
     models = [path("teacher", context, seed), path("converted", context, seed),
-              *(os.path.join(context.save_dir(by_directory[d], seed), "checkpoint_last.pt")
-                for d in ("finetune-ce", "finetune-distill", "alibi"))]
+              *(os.path.join(context.save_dir(on_curve[name], seed), "checkpoint_last.pt") for name in ("ce", "distill", "scratch"))]
     if os.path.exists(out) or not all(map(finished, models)):
         return False
     with written_whole(out) as partial, open(partial, "w") as f:
