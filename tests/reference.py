@@ -179,3 +179,14 @@ def assert_same_logits(model, reference, tokens, rtol=1e-4, atol=1e-5):
         state = {}
         steps = [model(tokens[:, : t + 1], incremental_state=state)[0] for t in range(tokens.size(1))]
     torch.testing.assert_close(torch.cat(steps, dim=1).float(), expected, rtol=rtol, atol=atol)
+
+
+def naive_greedy(model, dictionary, prompt, new):
+    """The `new` token ids a fairseq LM decodes greedily after </s> and the prompt's words: the argmax of its
+    whole forward's log-probabilities (an adaptive softmax's too), token by token."""
+    ids = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in prompt.split()]])
+    with torch.no_grad():
+        for _ in range(new):
+            log_probs = model.get_normalized_probs(model(ids), log_probs=True)
+            ids = torch.cat([ids, log_probs[:, -1:].argmax(-1)], dim=1)
+    return ids[0, -new:].tolist()

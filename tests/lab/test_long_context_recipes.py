@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import REPO, run
+from reference import naive_greedy
 
 from fairseq_alibi_lab import curriculum, inclusion, jobs, train
 from fairseq_alibi_lab.experiments import EXPERIMENTS
@@ -142,12 +143,8 @@ def test_the_curriculum_runs_through_the_runner_at_toy_size(wt2_slice, tmp_path)
     for row in (r for r in rows if r["depth"] in (0.0, 1.0)):
         first_right = 0
         for t in (t for t in tests if (t["task"], t["length"], t["depth"]) == (row["task"], 40, row["depth"])):
-            ids = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]])
             answer = [dictionary.index(w) for w in t["answer"].split()]
-            with torch.no_grad():
-                for _ in answer:
-                    ids = torch.cat([ids, model(ids)[0][:, -1:].argmax(-1)], dim=1)
-            first_right += ids[0, -len(answer)].item() == answer[0]
+            first_right += naive_greedy(model, dictionary, t["prompt"], len(answer))[0] == answer[0]
         assert row["first_correct"] == first_right, row
     perplexity = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
     assert {(r["label"], r["l_valid"]) for r in perplexity} == {("ALiBi, L then 4L", 40)}

@@ -164,9 +164,8 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     accuracy table and heatmaps written, and rebuilt the same by --tables; run again, nothing is
     scored twice. Each decoded key is the argmax of fairseq's own forward, token by token, behind
     </s> (checked at 40 tokens, depths 0 and 100%)."""
-    import torch
-
     from fairseq_alibi.models.build import load_checkpoint
+    from reference import naive_greedy
 
     root = tmp_path / "set"
     make(source, root, "--length", "40", "--long-examples", "3")
@@ -200,13 +199,10 @@ def test_the_retrieval_experiment_runs_through_the_runner_at_toy_size(wt2_slice,
     for row in (r for r in rows if r["scaling"] == "none" and r["length"] == 40 and r["depth"] in (0.0, 1.0)):
         correct = first = 0
         for t in (t for t in tests if (t["task"], t["length"], t["depth"]) == (row["task"], 40, row["depth"])):
-            ids = torch.tensor([[dictionary.eos()] + [dictionary.index(w) for w in t["prompt"].split()]])
             answer = [dictionary.index(w) for w in t["answer"].split()]
-            with torch.no_grad():
-                for _ in answer:
-                    ids = torch.cat([ids, model(ids)[0][:, -1:].argmax(-1)], dim=1)
-            correct += ids[0, -len(answer):].tolist() == answer
-            first += ids[0, -len(answer)].item() == answer[0]
+            decoded = naive_greedy(model, dictionary, t["prompt"], len(answer))
+            correct += decoded == answer
+            first += decoded[0] == answer[0]
         assert row["correct"] == correct and row["accuracy"] == correct / row["n"], row
         assert row["first_correct"] == first and row["first_accuracy"] == first / row["n"], row
     table = (out / "retrieval.md").read_text()
