@@ -121,7 +121,8 @@ def naive_temperature(attn, h, i):
 def naive_attention(attn, x, bias, rotate=None):
     """softmax(q_i k_j / sqrt(d) + bias(h, i, j)) v over keys j <= i, one head and query at a time; with a
     length temperature tau (naive_temperature) tau q_i k_j / sqrt(d) + bias (form qk) or tau (q_i k_j /
-    sqrt(d) + bias) (form logit).
+    sqrt(d) + bias) (form logit); with attention options (attention_options/) as their papers state them:
+    naive_selective's subtraction, naive_weights in place of softmax, naive_gate on the output.
 
     x: (T, C) for one sequence; the weights are the module's q/k/v/out projections.
     """
@@ -129,7 +130,7 @@ def naive_attention(attn, x, bias, rotate=None):
     H = attn.num_heads
     d = C // H
     q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
-    out = torch.zeros(T, C)
+    logits = [[None] * T for _ in range(H)]  # head, query: its logits over keys 0..i
     for h in range(H):
         sl = slice(h * d, (h + 1) * d)
         qh, kh = q[:, sl], k[:, sl]
@@ -139,11 +140,51 @@ def naive_attention(attn, x, bias, rotate=None):
         for i in range(T):
             tau, form = naive_temperature(attn, h, i)
             if form == "logit":
-                scores = torch.stack([tau * (qh[i] @ kh[j] / math.sqrt(d) + bias(h, i, j)) for j in range(i + 1)])
+                logits[h][i] = torch.stack([tau * (qh[i] @ kh[j] / math.sqrt(d) + bias(h, i, j)) for j in range(i + 1)])
             else:
-                scores = torch.stack([tau * (qh[i] @ kh[j]) / math.sqrt(d) + bias(h, i, j) for j in range(i + 1)])
-            out[i, sl] = torch.softmax(scores, -1) @ v[: i + 1, sl]
+                logits[h][i] = torch.stack([tau * (qh[i] @ kh[j]) / math.sqrt(d) + bias(h, i, j) for j in range(i + 1)])
+    options = getattr(attn, "options", None) or {}
+    if "selective" in options:
+        logits = naive_selective(logits)
+    out = torch.zeros(T, C)
+    for h in range(H):
+        sl = slice(h * d, (h + 1) * d)
+        for i in range(T):
+            out[i, sl] = naive_weights(options, h, logits[h][i]) @ v[: i + 1, sl]
+    if "output_gate" in options:
+        out = out * naive_gate(options["output_gate"], x, H, d)
     return attn.out_proj(out)
+
+
+def naive_selective(logits):
+    """Selective attention (Leviathan et al. 2025): every head's logit l_h(i, j) less F(i, j), the sum over the
+    queries k with j < k < i of max(0, l_0(k, j)), head 0's; the first key (j = 0) never lowered."""
+    def lowered(i, j):
+        return sum(max(0.0, float(logits[0][k][j])) for k in range(j + 1, i)) if j > 0 else 0.0
+
+    return [[row - torch.tensor([lowered(i, j) for j in range(i + 1)]) for i, row in enumerate(head)] for head in logits]
+
+
+def naive_weights(options, h, row):
+    """A query's weights over keys 0..i from its logits: softmax; with a sink logit s_h, exp(l_j) / (exp(s_h) +
+    sum exp(l_j')); stick-breaking, A_j = sigmoid(l_j) prod_{j < k < i} (1 - sigmoid(l_k)) for j < i and what
+    is left, 1 - sum A_j, on the query's own key."""
+    if "sink_logit" in options:
+        sink = float(options["sink_logit"].logit[h])
+        weights = [math.exp(float(value)) for value in row]
+        return torch.tensor([w / (math.exp(sink) + sum(weights)) for w in weights])
+    if "stick_breaking" in options:
+        i, beta = len(row) - 1, [1 / (1 + math.exp(-float(value))) for value in row]
+        taken = [beta[j] * math.prod(1 - beta[k] for k in range(j + 1, i)) for j in range(i)]
+        return torch.tensor([*taken, 1.0 - sum(taken)], dtype=torch.float32)
+    return torch.softmax(row, -1)
+
+
+def naive_gate(gate, x, heads, head_dim):
+    """Gated attention (Qiu et al. 2025): sigmoid(x W + b) per output dimension (elementwise) or per head
+    (headwise, repeated over its dimensions), (T, C)."""
+    g = torch.sigmoid(x @ gate.proj.weight.T + gate.proj.bias)
+    return g if gate.kind == "elementwise" else g.repeat_interleave(head_dim, dim=1)
 
 
 def naive_model(model, tokens, features_only=False):

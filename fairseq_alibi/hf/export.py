@@ -19,6 +19,7 @@ import sys
 
 import torch
 
+from fairseq_alibi.attention_options import OPTIONS
 from fairseq_alibi.models import masked_output
 from fairseq_alibi.tools.checkpoints import field, model_and_task, read_state
 from fairseq_alibi.tools.files import folder_written_whole, new_folder_problem, one_line_on_disk_faults
@@ -95,6 +96,11 @@ def refuse_unsupported(decoder, name):
     if getattr(layer.self_attn, "temperature", None) is not None:
         raise CannotExport(f"{name} has a length temperature (--length-temperature), which the exported model does not "
                            "carry: not supported yet")
+    options = getattr(layer.self_attn, "options", None)
+    if options is not None:
+        flags = ", ".join(OPTIONS[option].flag for option in options)
+        raise CannotExport(f"{name} has {flags} (attention_options/), which the exported model does not carry: "
+                           "not supported yet")
     for part, flag in (("c_attn", "--scale-heads"), ("attn_ln", "--scale-attn"), ("ffn_layernorm", "--scale-fc"),
                        ("w_resid", "--scale-resids"), ("encoder_attn", "an encoder")):
         if getattr(layer, part, None) is not None:

@@ -18,6 +18,7 @@ from fairseq.modules import MultiheadAttention
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
+from fairseq_alibi.attention_options import OPTIONS, dense_attention
 from fairseq_alibi.documents import Documents, document_bias
 from fairseq_alibi.kernels import build_kernel, choose_kernel
 from fairseq_alibi.kernels.sdpa import masked_attention
@@ -98,13 +99,15 @@ def position_mask(positions, query_len: int, key_len: int, dtype, device, causal
 def attention_bias(positions, x: Tensor, query_len: int, key_len: int, padding_mask: Optional[Tensor], *,
                    causal: bool, kernel: str = "sdpa", dropout: bool = False,
                    cache: Optional[SquareMaskCache] = None, documents: Optional[Documents] = None,
-                   scaled: bool = False) -> AttentionBias:
+                   scaled: bool = False, dense: bool = False) -> AttentionBias:
     """What every layer adds for these lengths: the T new queries are the last T of S positions
     (incremental decoding: T = 1 over the cached keys). padding_mask: padded keys to mask (None if
     the attention pattern already hides them). kernel: a name of kernels.KERNEL_NAMES; dropout:
     attention dropout is on (training). documents (documents.find_documents, over all S tokens):
     no query sees another document, and positions count from each document's start. scaled: each query's
-    bias is to be scaled by its own factor (a length temperature's logit form): a kernel that can."""
+    bias is to be scaled by its own factor (a length temperature's logit form): a kernel that can. dense: an
+    attention option reads every logit (attention_options/): the dense mask, built even where the causal
+    pattern alone would do."""
     if documents is None:
         new_positions = torch.arange(key_len - query_len, key_len, device=x.device)
         rotary = positions.rotary(new_positions)
@@ -113,7 +116,8 @@ def attention_bias(positions, x: Tensor, query_len: int, key_len: int, padding_m
         rotary = positions.rotary(new_positions)  # (batch, T, head_dim / 2)
         rotary = None if rotary is None else tuple(r[:, None] for r in rotary)
     keys_seen = new_positions + 1 if causal else None
-    chosen = choose_kernel(kernel, positions, x, query_len, padding_mask is not None, dropout, documents is not None, scaled)
+    chosen = "sdpa" if dense else choose_kernel(kernel, positions, x, query_len, padding_mask is not None, dropout,
+                                                documents is not None, scaled)
     prepared = build_kernel(chosen, positions, x.dtype, documents, query_len)
     if prepared is not None:
         return AttentionBias(kernel=prepared, rotary=rotary, causal=causal, keys_seen=keys_seen)
@@ -127,6 +131,8 @@ def attention_bias(positions, x: Tensor, query_len: int, key_len: int, padding_m
             mask = (causal_mask(query_len, key_len, x.dtype, x.device) if causal
                     else x.new_zeros(1, 1, query_len, key_len))
         mask = fold_padding(mask, padding_mask)
+    if dense and mask is None and causal and query_len > 1:
+        mask = causal_mask(query_len, key_len, x.dtype, x.device)
     return AttentionBias(mask=mask, rotary=rotary, causal=causal, keys_seen=keys_seen)
 
 
@@ -144,6 +150,7 @@ class RelativeSelfAttention(MultiheadAttention):
         super().__init__(*args, **kwargs)
         self.layer_bias = None
         self.temperature = None  # a length temperature (length_temperature.py; the decoder sets it)
+        self.options = None  # its attention options (attention_options/: a ModuleDict; the decoder sets it)
 
     def forward(
         self,
@@ -179,51 +186,73 @@ class RelativeSelfAttention(MultiheadAttention):
             saved_state["prev_key"] = k
             saved_state["prev_value"] = v
             saved_state["prev_key_padding_mask"] = None
-        kept_state = saved_state.get("layer_bias") if saved_state is not None else None
+        states = {name: saved_state[name] for name in STATES if name in saved_state} if saved_state is not None else {}
         dropout = self.dropout_module.p if self.training else 0.0
-        out, kept = biased_attention(bias, self.layer_bias, query, q, k, v, key_padding_mask, kept_state, dropout,
-                                     query_scale)
+        out, kept = biased_attention(bias, self.layer_bias, query, q, k, v, key_padding_mask, states, dropout,
+                                     query_scale, self.options)
+        if self.options is not None:
+            for option in self.options.values():
+                out = option.output(out, query)
         if saved_state is not None:
-            if self.layer_bias is not None:
-                saved_state["layer_bias"] = kept
+            saved_state.update(kept)
             self._set_input_buffer(incremental_state, saved_state)
         out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
         return self.out_proj(out), None
 
 
+# What a layer keeps in its incremental cache besides keys and values: a layer bias's state (FoX's c) and
+# an attention option's (selective attention's accumulation), each (batch, ...), so that beams reorder it.
+STATES = ("layer_bias", *OPTIONS)
+
+
 def biased_attention(bias: AttentionBias, layer_bias, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
-                     padding: Optional[Tensor], state: Optional[Tensor], dropout: float,
-                     query_scale: Optional[Tensor] = None):
+                     padding: Optional[Tensor], states: Optional[Dict[str, Tensor]], dropout: float,
+                     query_scale: Optional[Tensor] = None, options=None):
     """Attention (batch, heads, T, d) with the bias: the chosen kernel's, the dense mask's, or PyTorch's
     causal attention; a layer_bias (a bias from the data: x, (T, batch, C), is the layer's input) as the
     kernel's per-key terms or added to the mask; query_scale (1 or batch, 1 or heads, T, 1): each query's
-    bias times its factor (a length temperature's logit form; the kernel was chosen to take it). Returns
-    it and what the layer bias keeps (its cached state in incremental decoding; None without one)."""
-    mask, key_terms, kept = bias.mask, None, None
+    bias times its factor (a length temperature's logit form; the kernel was chosen to take it); options:
+    the layer's attention options (a ModuleDict or None), those that read the logits on the dense mask;
+    states: what the previous call kept (incremental decoding), by name (STATES). Returns the output and
+    what to keep now, by name."""
+    mask, key_terms, kept, states = bias.mask, None, {}, states or {}
+    state = states.get("layer_bias")
     scaled = {} if query_scale is None else {"query_scale": query_scale}
     tgt_len = q.size(2)
     if layer_bias is not None and bias.kernel is not None:  # a kernel that adds it: its per-key terms
-        key_terms, kept = layer_bias.key_terms(x, padding, state)
+        key_terms, kept["layer_bias"] = layer_bias.key_terms(x, padding, state)
     elif layer_bias is not None:  # a data-dependent bias: this layer's, over all keys (positions.LayerBias)
-        extra, kept = layer_bias(x, q, k, padding, state)
+        extra, kept["layer_bias"] = layer_bias(x, q, k, padding, state)
         if mask is None:
             mask = (causal_mask(tgt_len, k.size(2), torch.float32, q.device) if bias.causal
                     else q.new_zeros(1, 1, tgt_len, k.size(2), dtype=torch.float32))
         # In place where no gradient needs extra (one full-size tensor less); the same sum.
         mask = (extra.add_(mask) if not extra.requires_grad else mask.float() + extra).to(q.dtype)
-    if key_terms is not None:
+    reads_logits = options is not None and any(OPTIONS[name].reads_logits for name in options)
+    if reads_logits and query_scale is not None and mask is not None:
+        mask = scaled_mask(mask, query_scale)
+    if reads_logits:  # attention_bias built the dense mask for them (None: one query seeing every key)
+        out, option_kept = dense_attention(q, k, v, mask, dropout, options, states)
+        kept.update(option_kept)
+    elif key_terms is not None:
         out = bias.kernel.attend(q, k, v, dropout, key_terms=key_terms, **scaled)
     elif bias.kernel is not None:
         out = bias.kernel.attend(q, k, v, dropout, **scaled)
     elif mask is not None:
-        if query_scale is not None:  # the bias's finite entries times the query's factor; -inf stays
-            masked = torch.isinf(mask)  # (no inf enters the product: its gradient would be NaN)
-            mask = torch.where(masked, mask, mask.masked_fill(masked, 0) * query_scale)
+        if query_scale is not None:
+            mask = scaled_mask(mask, query_scale)
         out = masked_attention(q, k, v, mask, dropout)  # no backend found wrong on masks (kernels/sdpa.py)
     else:
         is_causal = bias.causal and tgt_len > 1  # then tgt_len == src_len
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal)
     return out, kept
+
+
+def scaled_mask(mask: Tensor, query_scale: Tensor) -> Tensor:
+    """The mask's finite entries (the bias) times each query's factor; -inf stays (no inf enters the product:
+    its gradient would be NaN)."""
+    masked = torch.isinf(mask)
+    return torch.where(masked, mask, mask.masked_fill(masked, 0) * query_scale)
 
 
 def build_relative_self_attention(layer, embed_dim: int, heads: int, cfg) -> RelativeSelfAttention:

@@ -26,8 +26,9 @@ from fairseq_alibi.tools import dictionaries
 from fairseq_alibi.models.attention import RelativeDecoderLayer, SquareMaskCache, attention_bias, is_right_padding, wrap_layer
 from fairseq_alibi.checks import UNBOUNDED_POSITIONS, ConfigError, check_heads
 from fairseq_alibi.documents import find_documents
+from fairseq_alibi.attention_options import OPTIONS, build_options
 from fairseq_alibi.length_temperature import TemperatureConfig
-from fairseq_alibi.models.factory import causal_positions, document_separator, length_temperature
+from fairseq_alibi.models.factory import attention_options, causal_positions, document_separator, length_temperature
 from fairseq_alibi.models.masked_output import MASKED_OUTPUT_FIELD, mask_output
 from fairseq_alibi.kernels import KERNEL_NAMES
 from fairseq_alibi.positions import METHODS
@@ -67,7 +68,8 @@ class PositionDecoder(TransformerDecoder):
     is fairseq's own, without positions."""
 
     def __init__(self, args, dictionary, embed_tokens, positions: nn.Module, kernel: str = "auto",
-                 no_encoder_attn: bool = True, separator: Optional[int] = None, temperature=(None, False)):
+                 no_encoder_attn: bool = True, separator: Optional[int] = None, temperature=(None, False),
+                 options=()):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
         self.document_separator = separator  # a dictionary index: packed documents kept apart (documents.py)
         # A length temperature (factory.length_temperature: its options, and whether it scales the bias):
@@ -80,8 +82,13 @@ class PositionDecoder(TransformerDecoder):
         self.add_module(positions.name, positions)
         self.attention_kernel = kernel
         self.attention_dropout = getattr(args, "attention_dropout", 0.0)
-        for layer in self.layers:  # a data-dependent method's own module in each layer
+        heads = args.decoder_attention_heads
+        for layer in self.layers:  # a data-dependent method's own module in each layer; the attention options'
             layer.self_attn.layer_bias = positions.layer_bias()
+            layer.self_attn.options = build_options(list(options), heads, args.decoder_embed_dim // heads,
+                                                    args.decoder_embed_dim)
+        # An option that reads every logit (factory.attention_options) takes the dense path.
+        self.dense_attention = any(config.reads_logits for config in options)
         self.mask_cache = SquareMaskCache()
 
     @property
@@ -132,7 +139,7 @@ class PositionDecoder(TransformerDecoder):
         bias = attention_bias(self.positions, x, tokens.size(1), key_len, padding_mask, causal=True,
                               kernel=self.attention_kernel, cache=self.mask_cache,
                               dropout=self.training and self.attention_dropout > 0, documents=documents,
-                              scaled=self.bias_scaled)
+                              scaled=self.bias_scaled, dense=self.dense_attention)
 
         # Encoder-decoder models: cross-attention is fairseq's own, over the encoder's padding.
         encoder_states = encoder_out["encoder_out"][0] if encoder_out and encoder_out["encoder_out"] else None
@@ -168,6 +175,7 @@ class PositionLanguageModel(TransformerLanguageModel):
         check_decoder_args(args, cls.method_name)
         positions, kernel = causal_positions(cls.position_method, args)
         temperature = length_temperature(args, positions, kernel)
+        option_configs = attention_options(args, kernel)
         separator = document_separator(args, task.source_dictionary)
         args.no_token_positional_embeddings = True
         if args.decoder_layers_to_keep:
@@ -197,7 +205,7 @@ class PositionLanguageModel(TransformerLanguageModel):
                 "dimension as the adaptive softmax"
             )
         decoder = PositionDecoder(args, task.target_dictionary, embed_tokens, positions, kernel, separator=separator,
-                                  temperature=temperature)
+                                  temperature=temperature, options=option_configs)
         mask_output(decoder, getattr(args, "masked_output_symbols", None))  # an imported GPT-2's (imported_gpt2.py)
         return cls(decoder)
 
@@ -275,10 +283,12 @@ ATTENTION_KERNEL_HELP = (
 
 def fairseq_config(method_class):
     """fairseq's transformer LM options, the method's own (its Config's fields, their defaults, help
-    and choices), the length temperature's (length_temperature.py), --document-separator and
+    and choices), the length temperature's (length_temperature.py), the attention
+    options' (attention_options/), --document-separator and
     --attention-kernel (and ALiBi's older --alibi-attention)."""
     fields = []
-    for option in (*dataclasses.fields(method_class.Config), *dataclasses.fields(TemperatureConfig)):
+    option_fields = [field_ for name in sorted(OPTIONS) for field_ in dataclasses.fields(OPTIONS[name])]
+    for option in (*dataclasses.fields(method_class.Config), *dataclasses.fields(TemperatureConfig), *option_fields):
         kind = ChoiceEnum(list(option.metadata["choices"])) if "choices" in option.metadata else option.type
         fields.append((option.name, kind, field(default=option.default, metadata={"help": option.metadata["help"]})))
     fields.append(("document_separator", Optional[str], field(default=None, metadata={"help": DOCUMENT_SEPARATOR_HELP})))

@@ -8,8 +8,10 @@ check one line (ConfigError). No module of the plugin checks an option anywhere 
 Options a checkpoint predates read as their defaults (MethodConfig.from_args), so old checkpoints load.
 """
 import dataclasses
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
+from fairseq_alibi.attention_options import OptionConfig, configs_from_args
+from fairseq_alibi.attention_options.option import check_options
 from fairseq_alibi.checks import ConfigError, config_check
 from fairseq_alibi.bidirectional import EncoderAlibi, build_variant
 from fairseq_alibi.kernels import AUTO_RULES, KERNEL_NAMES, KERNELS, takes_bias
@@ -72,6 +74,21 @@ def length_temperature(args, positions: PositionMethod, kernel: str) -> Tuple[Op
         raise ConfigError(f"{flag} {kernel}: {why_not}; use auto, sdpa or separable")
     # Without a bias the two forms are one: the queries scaled.
     return dataclasses.replace(config, length_temperature_form="logit" if scaled else "qk"), scaled
+
+
+def attention_options(args, kernel: str) -> List[OptionConfig]:
+    """The attention options a model's flags enable (attention_options/), checked together; one that reads the
+    logits runs on the dense path, so a kernel asked for by name must be sdpa."""
+    configs = config_check(configs_from_args, args)
+    documents = getattr(args, "document_separator", None) is not None
+    why_not = check_options(configs, documents)
+    if why_not:
+        raise ConfigError(why_not)
+    reading = [config.flag for config in configs if config.reads_logits]
+    if reading and kernel not in (*AUTO_RULES, "sdpa"):
+        raise ConfigError(f"{chosen_kernel(args)[1]} {kernel}: {', '.join(reading)} reads every logit, which the dense "
+                          "path (sdpa) computes; use auto or sdpa")
+    return configs
 
 
 def encoder_positions(variant: str, heads: int) -> EncoderAlibi:

@@ -360,7 +360,7 @@ def test_the_math_positions_and_kernels_import_without_fairseq():
     import subprocess
     import sys
 
-    code = ("import sys, fairseq_alibi.positions, fairseq_alibi.kernels, fairseq_alibi.methods, "
+    code = ("import sys, fairseq_alibi.positions, fairseq_alibi.kernels, fairseq_alibi.methods, fairseq_alibi.attention_options, "
             "fairseq_alibi.tools.checkpoints, fairseq_alibi.tools.files; assert 'fairseq' not in sys.modules, 'fairseq imported'; "
             "import fairseq_alibi.plugin; from fairseq.models import ARCH_MODEL_REGISTRY; "
             "assert 'fox_transformer_lm_small' in ARCH_MODEL_REGISTRY")

@@ -1,0 +1,142 @@
+"""The attention options (attention_options/: the output gate, the sink logit, selective attention,
+stick-breaking) on the methods they compose with: whole models against the attention equation written
+out with each paper's formula (tests/reference.py), in one full forward and token by token with the cache;
+the cache reordered as beam search does; a batch against each row alone; packed documents against each
+document alone; the kernels that take them against the dense path; gradients into their parameters; and
+one-line refusals (a kernel by name, two options that each replace softmax, selective attention with
+packed documents, the export)."""
+import pytest
+import torch
+
+from conftest import TINY, build_model, random_tokens
+from reference import assert_same_logits, naive_model
+from test_position_methods import perturb
+from fairseq_alibi.checks import ConfigError
+
+FLAGS = {
+    "gate": ["--output-gate", "elementwise"],
+    "headwise gate": ["--output-gate", "headwise"],
+    "sink": ["--sink-logit"],
+    "selective": ["--selective-attention"],
+    "stick-breaking": ["--stick-breaking"],
+}
+# (method, options): each option on ALiBi and on rotary, stick-breaking on NoPE as its paper has it, and
+# options together (one reading the logits with a gate; the sink with selective; on FoX's data-dependent bias).
+CASES = [
+    ("alibi", ("gate",)), ("rotary", ("gate",)), ("alibi", ("headwise gate",)),
+    ("alibi", ("sink",)), ("rotary", ("sink",)),
+    ("alibi", ("selective",)), ("rotary", ("selective",)),
+    ("nope", ("stick-breaking",)), ("alibi", ("stick-breaking",)),
+    ("alibi", ("sink", "selective", "gate")), ("fox", ("sink", "gate")), ("fox", ("stick-breaking",)),
+]
+
+
+def model(method, options, *more):
+    torch.manual_seed(0)
+    flags = [flag for name in options for flag in FLAGS[name]]
+    m, d = build_model(f"{method}_transformer_lm", extra=[*TINY, *flags, *more])
+    perturb(m)
+    with torch.no_grad():  # weights a trained model could have: sinks and gates away from their start
+        for name, p in m.named_parameters():
+            if ".options." in name:
+                p.add_(0.5 * torch.randn_like(p))
+    return m, d
+
+
+@pytest.mark.parametrize("method,options", CASES, ids=[f"{m}+{'+'.join(o)}" for m, o in CASES])
+def test_a_model_with_options_is_the_papers_equation_written_out(method, options):
+    m, d = model(method, options)
+    tokens = random_tokens(len(d), 2, 12)
+    assert_same_logits(m, lambda t: (naive_model(m, t),), tokens, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [("selective",), ("sink", "gate"), ("stick-breaking",)])
+def test_the_cache_reordered_as_beam_search_does_equals_the_full_forward(options):
+    """What selective attention keeps per key (its accumulation) follows its row when beams reorder."""
+    m, d = model("alibi", options)
+    tokens = random_tokens(len(d), 3, 16)
+    order = torch.tensor([2, 0, 0])
+    with torch.no_grad():
+        state = {}
+        for t in range(8):
+            m(tokens[:, : t + 1], incremental_state=state)
+        m.decoder.reorder_incremental_state_scripting(state, order)
+        reordered = tokens[order]
+        steps = [m(reordered[:, : t + 1], incremental_state=state)[0] for t in range(8, 16)]
+        expected = m(reordered)[0][:, 8:]
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [("selective", "gate"), ("sink",), ("stick-breaking",)])
+def test_a_batch_is_each_row_alone(options):
+    m, d = model("alibi", options)
+    tokens = random_tokens(len(d), 8, 20)
+    with torch.no_grad():
+        together = m(tokens)[0]
+        for row in range(8):
+            torch.testing.assert_close(together[row:row + 1], m(tokens[row:row + 1])[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [("gate",), ("sink",), ("stick-breaking",)])
+def test_a_packed_row_is_its_documents_alone(options):
+    separator = "w49"  # the last word: random_tokens(53, ...) never draws it
+    m, d = model("alibi", options, "--document-separator", separator)
+    a, b = random_tokens(53, 1, 13, 1), random_tokens(53, 1, 11, 2)
+    with torch.no_grad():
+        packed = m(torch.cat([a, torch.tensor([[d.index(separator)]]), b], dim=1))[0]
+        torch.testing.assert_close(packed[:, 14:], m(b)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["blocked", "separable"])
+def test_the_gate_on_a_kernel_equals_the_dense_path(kernel):
+    """The gate changes the output, not the weights: every kernel takes it (600 tokens: past where blocked runs)."""
+    reference, d = model("alibi", ("gate",), "--attention-kernel", "sdpa")
+    other, _ = model("alibi", ("gate",), "--attention-kernel", kernel)
+    tokens = random_tokens(len(d), 1, 600)
+    with torch.no_grad():
+        torch.testing.assert_close(other(tokens)[0], reference(tokens)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_options_that_read_the_logits_take_the_dense_path_under_auto():
+    """Past 512 tokens auto would evaluate ALiBi on separable; with the sink logit it takes the dense mask,
+    and the logits are the same as sdpa's named."""
+    auto, d = model("alibi", ("sink",))
+    named, _ = model("alibi", ("sink",), "--attention-kernel", "sdpa")
+    tokens = random_tokens(len(d), 1, 600)
+    with torch.no_grad():
+        torch.testing.assert_close(auto(tokens)[0], named(tokens)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("options", [("gate",), ("sink",), ("selective",), ("stick-breaking",), ("headwise gate",)])
+def test_training_reaches_every_parameter(options):
+    m, d = model("alibi", options)
+    m.train()
+    tokens = random_tokens(len(d), 2, 12)
+    logits = m(tokens)[0]
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+    for name, p in m.named_parameters():
+        if ".options." in name or "q_proj" in name:
+            assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--sink-logit", "--attention-kernel", "separable"], "--attention-kernel separable: --sink-logit reads every logit"),
+    (["--stick-breaking", "--attention-kernel", "blocked"], "--attention-kernel blocked: --stick-breaking reads every"),
+    (["--sink-logit", "--stick-breaking"], "each replace softmax's weights: choose one"),
+    (["--selective-attention", "--document-separator", "w49"], "--selective-attention does not keep packed documents"),
+])
+def test_what_cannot_work_is_refused_in_one_line(flags, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        build_model(extra=[*TINY, *flags])
+    assert "\n" not in str(error.value)
+
+
+def test_the_export_refuses_a_model_with_options_in_one_line():
+    from fairseq_alibi.hf.export import CannotExport, refuse_unsupported
+
+    m, _ = model("alibi", ("gate", "sink"))
+    with pytest.raises(CannotExport, match="has --output-gate, --sink-logit") as error:
+        refuse_unsupported(m.decoder, "this model")
+    assert "\n" not in str(error.value)
+    plain, _ = build_model(extra=TINY)
+    assert all(layer.self_attn.options is None for layer in plain.decoder.layers)
