@@ -66,6 +66,41 @@ COMPARISON = (
     Claim("FoX's forget gate extrapolates better than ALiBi", ("FoX (forget gate)", 16), ("ALiBi", 16), "lower",
           declared="062d77b", after_data=True),
 )
+# The methods 2025 papers put beside ALiBi (issue 94: attention_options/), each on the base its claim is about;
+# their claims, from each paper's own statement, declared before their first training: the primary family
+# of the comparison's 2025 arms (Holm over these lines with the earlier primary one).
+GATED_ALIBI, GATED_ROTARY = "ALiBi, output gate", "Rotary, output gate"
+SINK, SELECTIVE, STICK_BREAKING = "ALiBi, sink logit", "ALiBi, selective attention", "Stick-breaking"
+FIELD_2025 = (
+    Model(GATED_ALIBI, "alibi", ("--output-gate", "elementwise")),
+    Model(GATED_ROTARY, "rotary", ("--output-gate", "elementwise")),
+    Model(SINK, "alibi", ("--sink-logit",)),
+    Model(SELECTIVE, "alibi", ("--selective-attention",)),
+    Model(STICK_BREAKING, "nope", ("--stick-breaking",)),  # as its paper has it: no position encoding
+)
+DECLARED_2025 = ""
+COMPARISON += (
+    # Gated attention (Qiu et al. 2025): no cost in perplexity, better length extrapolation (their models: rotary).
+    Claim("The output gate does not raise ALiBi's perplexity at L", (GATED_ALIBI, 1), ("ALiBi", 1), "at most",
+          declared=DECLARED_2025),
+    Claim("The output gate lowers ALiBi's perplexity at 16L", (GATED_ALIBI, 16), ("ALiBi", 16), "lower",
+          declared=DECLARED_2025),
+    Claim("The output gate lowers rotary's perplexity at 16L", (GATED_ROTARY, 16), ("Rotary", 16), "lower",
+          declared=DECLARED_2025),
+    # Selective attention (Leviathan et al. 2025): lower perplexity at equal size.
+    Claim("Selective attention lowers ALiBi's perplexity at L", (SELECTIVE, 1), ("ALiBi", 1), "lower",
+          declared=DECLARED_2025),
+    # Stick-breaking (Tan et al. 2025): no position encoding, trained at 2^11, good at 2^14.
+    Claim("Stick-breaking extrapolates as well as ALiBi (16L no worse)", (STICK_BREAKING, 16), ("ALiBi", 16), "at most",
+          declared=DECLARED_2025),
+    # exploratory: numbers and raw p, no verdict
+    Claim("The sink logit lowers ALiBi's perplexity at 16L", (SINK, 16), ("ALiBi", 16), "lower",
+          declared=DECLARED_2025, primary=False),
+    Claim("Stick-breaking extrapolates better than NoPE (16L)", (STICK_BREAKING, 16), ("NoPE", 16), "lower",
+          declared=DECLARED_2025, primary=False),
+    Claim("The output gate does not raise rotary's perplexity at L", (GATED_ROTARY, 1), ("Rotary", 1), "at most",
+          declared=DECLARED_2025, primary=False),
+)
 register("comparison", Experiment(
     "Every causal method on one recipe, trained at L=64, scored to 16L, nonoverlapping and sliding.",
     (SINUSOIDAL,
@@ -80,7 +115,8 @@ register("comparison", Experiment(
      # would leave it unused below 512 tokens).
      Model("FIRE", "fire", ("--fire-init-threshold", "64")),
      Model("ALiBi, learned slopes", "learned_alibi"),
-     Model("FoX (forget gate)", "fox")),
+     Model("FoX (forget gate)", "fox"),
+     *FIELD_2025),
     claims=COMPARISON, kernel_rule=BEFORE_SEPARABLE))
 
 # Training with documents apart against packed, each scored its own way.
