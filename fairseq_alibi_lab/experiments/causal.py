@@ -78,7 +78,7 @@ FIELD_2025 = (
     Model(SELECTIVE, "alibi", ("--selective-attention",)),
     Model(STICK_BREAKING, "nope", ("--stick-breaking",)),  # as its paper has it: no position encoding
 )
-DECLARED_2025 = ""
+DECLARED_2025 = "8b27bcb"  # the commit that first wrote these claims, before their first training
 COMPARISON += (
     # Gated attention (Qiu et al. 2025): no cost in perplexity, better length extrapolation (their models: rotary).
     Claim("The output gate does not raise ALiBi's perplexity at L", (GATED_ALIBI, 1), ("ALiBi", 1), "at most",
