@@ -40,7 +40,7 @@ class OutputGateConfig(OptionConfig):
 class OutputGate(AttentionOption):
     def __init__(self, kind: str, heads: int, head_dim: int, embed_dim: int):
         super().__init__()
-        self.kind, self.heads = kind, heads
+        self.kind, self.heads = str(kind), heads  # a plain string (fairseq passes its choice enum)
         self.proj = nn.Linear(embed_dim, heads * head_dim if kind == "elementwise" else heads)
 
     def output(self, out: Tensor, x: Tensor) -> Tensor:

@@ -131,6 +131,16 @@ def test_what_cannot_work_is_refused_in_one_line(flags, message):
     assert "\n" not in str(error.value)
 
 
+def test_an_option_given_fairseqs_choice_enum_prints_as_fairseq_train_logs_it():
+    """fairseq-train's config gives a choice as its enum, then logs the model's repr: the gate keeps text."""
+    from fairseq.dataclass import ChoiceEnum
+    from fairseq_alibi.attention_options.output_gate import GATES, OutputGateConfig
+
+    gate = OutputGateConfig(output_gate=ChoiceEnum(list(GATES))("headwise")).build(2, 4, 8)
+    assert gate.kind == "headwise" and type(gate.kind) is str
+    assert repr(gate).splitlines()[1].strip() == "headwise"
+
+
 def test_the_export_refuses_a_model_with_options_in_one_line():
     from fairseq_alibi.hf.export import CannotExport, refuse_unsupported
 
