@@ -86,12 +86,17 @@ class Comparison:
     missing: str = ""  # why there is no comparison at all ("": there is one)
 
 
+# A cell with no rows: its runs are still to come (an experiment in progress; a claim on a cell its experiment
+# does not score is refused when declared).
+PENDING = "no verdict (pending: a cell has no rows yet)"
+
+
 def compare(a, b, seeds_of=None, seeds=SEEDS):
     """The comparison of cells a and b, each {checkpoint: value} (one run per seed); b may be a floor of
     the prompts ({FLOOR: value}). seeds_of: {checkpoint: seed} where a and b are one seed's arms
     (paired by seed), else None."""
     if not a or not b:
-        return Comparison(missing="no verdict (a cell not scored)")
+        return Comparison(missing=PENDING)
     if set(b) == {FLOOR}:  # a floor of the prompts: one value, no seeds
         if len(a) < seeds:
             return Comparison(missing=f"no verdict (n = {len(a)}: the rule asks for {seeds} seeds)")
@@ -272,7 +277,7 @@ def lines(found, claim):
     for scoring in claim.strides:
         sides = [(found.found.get(key, {}), name) for key, name in (found.locate(cell, scoring) for cell in (claim.a, claim.b))]
         shown = [f"{name}: {results.cell(list(values.values()), len(values))} (n={len(values)})" if values
-                 else f"{name}: not scored" for values, name in sides]
+                 else f"{name}: no rows yet" for values, name in sides]
         arms = found.seeds if found.paired(claim.a[0], claim.b[0]) else None
         comparison = compare(sides[0][0], sides[1][0], arms)
         primary = claim.primary and not claim.post_hoc(scoring)
@@ -290,12 +295,25 @@ def render(found, claims):
     """The claims' table: one line per claim and scoring, Holm's adjustment over the primary lines with a
     test, the verdicts by it; then what was tested and how the verdicts were decided."""
     made = [line for claim in claims for line in lines(found, claim)]
-    adjusted = holm([line.comparison.p if line.primary else None for line in made])
-    body = [f"| {' | '.join(line.cells)} | {'' if q is None else f'{q:.2g}'} | "
-            f"{verdict(line.relation, line.comparison, line.primary, q)} |" for line, q in zip(made, adjusted)]
+    # A primary line still waiting for rows leaves the family incomplete: Holm's adjustment over the lines
+    # that have a test would be over a smaller family than declared, so no primary verdict is given yet.
+    pending = sum(line.primary and line.comparison.missing == PENDING for line in made)
+    adjusted = holm([line.comparison.p if line.primary and not pending else None for line in made])
+    incomplete = f"no verdict (the primary family is incomplete: {lines_of(pending)} pending)"
+
+    def word(line, q):
+        if pending and line.primary and not line.comparison.missing:
+            return incomplete
+        return verdict(line.relation, line.comparison, line.primary, q)
+
+    body = [f"| {' | '.join(line.cells)} | {'' if q is None else f'{q:.2g}'} | {word(line, q)} |"
+            for line, q in zip(made, adjusted)]
     primary = sum(line.primary for line in made)
     tested = sum(q is not None for q in adjusted)
-    return "\n".join(HEADER + body + [
+    waiting = ["", f"The primary family is incomplete: {lines_of(pending)} of it still {'wait' if pending > 1 else 'waits'} "
+               "for rows (an experiment in progress), so no line has a Holm p or a verdict until all of them have their "
+               "rows."] if pending else []
+    return "\n".join(HEADER + body + waiting + [
         "", f"{lines_of(len(made))} (claim x scoring). The primary family: {lines_of(primary)} of claims declared primary "
         f"before the first row of their cells, {tested} of them with a test; Holm's adjustment is over those {tested}. A primary "
         f"verdict is \"supported\" or \"refuted\" (by the direction of the means) only where its Holm p is below {ALPHA}, "
