@@ -146,12 +146,18 @@ def skips_keys(slopes: Optional[Tensor], q: Tensor, k: Tensor, v: Tensor, dropou
 
 def skip_reach(q: Tensor, k: Tensor, slopes: Tensor, scale: float) -> List[float]:
     """Each head's reach: the greatest distance i - j a query reads; the keys further back weigh at
-    most SKIPPED of its row together. For a query q at i, every logit scale q.k_j - m (i - j) is at
-    most s / 2 - m (i - j) and its own key's at least -s / 2, s = 2 scale max|q| max|k| (Cauchy-
-    Schwarz), so the keys past distance R weigh at most sum_{D > R} e^(s - m D) = e^(s - m (R + 1)) /
-    (1 - e^-m) of the row: R = (s - ln SKIPPED - ln(1 - e^-m)) / m - 1 keeps it under SKIPPED
-    (inf for a slope of 0). The norms' own rounding is covered by taking s 0.1% larger."""
-    spread = 2.002 * scale * q.norm(dim=-1).amax(dim=(0, 2)).double() * k.norm(dim=-1).amax(dim=(0, 2)).double()
+    most SKIPPED of its row together. A row's sum is at least its own key's weight, so key j weighs at
+    most e^(l_ij - l_ii) of it, and l_ij - l_ii = scale q_i.(k_j - k_i) - m (i - j) <= s_i - m (i - j) with
+    s_i = scale (|q_i| K - q_i.k_i), K = max_j |k_j| (Cauchy-Schwarz). The keys past distance R then weigh
+    at most sum_{D > R} e^(s - m D) = e^(s - m (R + 1)) / (1 - e^-m) of the row, s = max_i s_i: R = (s -
+    ln SKIPPED - ln(1 - e^-m)) / m - 1 keeps it under SKIPPED (inf for a slope of 0). fp32's rounding of
+    the norms and dot products (under d x 2^-24 of |q_i| |k_i|) is covered by a margin of 0.1% of
+    |q_i| (K + |k_i|)."""
+    q_norms, k_norms = q.norm(dim=-1), k.norm(dim=-1)  # (batch, heads, T)
+    largest_key = k_norms.amax(dim=(0, 2))[None, :, None]
+    own = (q * k).sum(-1)
+    margin = 1e-3 * q_norms * (largest_key + k_norms)
+    spread = (scale * (q_norms * largest_key - own + margin)).amax(dim=(0, 2)).double()
     reach = []
     for s, m in zip(spread.tolist(), slopes.double().tolist()):
         reach.append(math.inf if m <= 0 else math.ceil((s - math.log(SKIPPED) - math.log(-math.expm1(-m))) / m) - 1)

@@ -82,13 +82,16 @@ def test_alibi_as_key_columns_equals_the_formula_in_fp32(length, inputs):
     assert error <= tolerance(dense_error, length, max(slopes).item())
 
 
-@pytest.mark.parametrize("magnitude", [1.0, 3.0])
-def test_the_keys_a_head_skips_weigh_less_than_the_bound_in_every_row(magnitude):
+@pytest.mark.parametrize("magnitude,opposed", [(1.0, False), (3.0, False), (2.0, True)])
+def test_the_keys_a_head_skips_weigh_less_than_the_bound_in_every_row(magnitude, opposed):
     """skip_reach's promise, checked in fp64 on every row: the keys past a head's reach weigh at most
-    SKIPPED (2^-24) of the row together; inputs three times larger reach further."""
+    SKIPPED (2^-24) of the row together; inputs three times larger reach further. opposed: each query's
+    own key points away from it (its own logit far below the row's others: the bound's worst case)."""
     torch.manual_seed(1)
     heads, length = 8, 1024
     q, k = (magnitude * torch.randn(1, heads, length, 16) for _ in range(2))
+    if opposed:
+        k = -q + 0.1 * k
     slopes = torch.tensor(alibi_slopes(heads))
     reach = skip_reach(q, k, slopes, 16 ** -0.5)
     i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
@@ -97,7 +100,7 @@ def test_the_keys_a_head_skips_weigh_less_than_the_bound_in_every_row(magnitude)
     for h in range(heads):
         skipped = weights[h].masked_fill(i - j <= reach[h], 0).sum(-1)
         assert skipped.max().item() <= SKIPPED, (h, reach[h], skipped.max().item())
-    if magnitude == 1.0:  # the steepest head skips most keys; larger inputs reach further
+    if magnitude == 1.0 and not opposed:  # the steepest head skips most keys; larger inputs reach further
         assert min(reach) < length / 8 and skip_reach(3 * q, 3 * k, slopes, 0.25)[0] > 4 * reach[0]
 
 
