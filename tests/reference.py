@@ -222,6 +222,20 @@ def assert_same_logits(model, reference, tokens, rtol=1e-4, atol=1e-5):
     torch.testing.assert_close(torch.cat(steps, dim=1).float(), expected, rtol=rtol, atol=atol)
 
 
+def assert_reordered_cache_is_the_full_forward(model, tokens, order, steps=8):
+    """Beam search reorders the cache between steps (fairseq's reorder_incremental_state): after `steps` tokens
+    cached and the rows reordered by `order`, the cached steps equal the full forward of the reordered rows."""
+    with torch.no_grad():
+        state = {}
+        for t in range(steps):
+            model(tokens[:, : t + 1], incremental_state=state)
+        model.decoder.reorder_incremental_state_scripting(state, order)
+        reordered = tokens[order]
+        cached = [model(reordered[:, : t + 1], incremental_state=state)[0] for t in range(steps, tokens.size(1))]
+        expected = model(reordered)[0][:, steps:]
+    torch.testing.assert_close(torch.cat(cached, dim=1), expected, rtol=1e-5, atol=1e-5)
+
+
 def naive_greedy(model, dictionary, prompt, new):
     """The `new` token ids a fairseq LM decodes greedily after </s> and the prompt's words: the argmax of its
     whole forward's log-probabilities (an adaptive softmax's too), token by token."""

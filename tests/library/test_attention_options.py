@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import TINY, build_model, random_tokens
-from reference import assert_same_logits, naive_model
+from reference import assert_reordered_cache_is_the_full_forward, assert_same_logits, naive_model
 from test_position_methods import perturb
 from fairseq_alibi.checks import ConfigError
 
@@ -54,17 +54,7 @@ def test_a_model_with_options_is_the_papers_equation_written_out(method, options
 def test_the_cache_reordered_as_beam_search_does_equals_the_full_forward(options):
     """What selective attention keeps per key (its accumulation) follows its row when beams reorder."""
     m, d = model("alibi", options)
-    tokens = random_tokens(len(d), 3, 16)
-    order = torch.tensor([2, 0, 0])
-    with torch.no_grad():
-        state = {}
-        for t in range(8):
-            m(tokens[:, : t + 1], incremental_state=state)
-        m.decoder.reorder_incremental_state_scripting(state, order)
-        reordered = tokens[order]
-        steps = [m(reordered[:, : t + 1], incremental_state=state)[0] for t in range(8, 16)]
-        expected = m(reordered)[0][:, 8:]
-    torch.testing.assert_close(torch.cat(steps, dim=1), expected, rtol=1e-5, atol=1e-5)
+    assert_reordered_cache_is_the_full_forward(m, random_tokens(len(d), 3, 16), torch.tensor([2, 0, 0]))
 
 
 @pytest.mark.parametrize("options", [("selective", "gate"), ("sink",), ("stick-breaking",)])
