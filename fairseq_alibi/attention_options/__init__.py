@@ -14,7 +14,7 @@ import importlib
 import pkgutil
 
 from fairseq_alibi.attention_options.option import (OPTIONS, AttentionOption, OptionConfig, build_options,  # noqa: F401
-                                                    configs_from_args, dense_attention, register)
+                                                    configs_from_args, dense_attention, register_option)
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "option":

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 OPTIONS: Dict[str, type] = {}  # name -> its Config class
 
 
-def register(config_class):
+def register_option(config_class):
     if config_class.name in OPTIONS:
         raise ValueError(f"attention option {config_class.name!r} registered twice")
     OPTIONS[config_class.name] = config_class

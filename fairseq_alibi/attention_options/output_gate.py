@@ -12,13 +12,13 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from fairseq_alibi.attention_options.option import AttentionOption, OptionConfig, register
+from fairseq_alibi.attention_options.option import AttentionOption, OptionConfig, register_option
 from fairseq_alibi.positions.position_method import option
 
 GATES = ("none", "elementwise", "headwise")
 
 
-@register
+@register_option
 @dataclasses.dataclass
 class OutputGateConfig(OptionConfig):
     name = "output_gate"

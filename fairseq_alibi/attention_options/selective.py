@@ -17,11 +17,11 @@ from typing import Optional, Tuple
 import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq_alibi.attention_options.option import AttentionOption, OptionConfig, diagonal, register
+from fairseq_alibi.attention_options.option import AttentionOption, OptionConfig, diagonal, register_option
 from fairseq_alibi.positions.position_method import option
 
 
-@register
+@register_option
 @dataclasses.dataclass
 class SelectiveConfig(OptionConfig):
     name = "selective"

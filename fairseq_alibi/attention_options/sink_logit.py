@@ -11,11 +11,11 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from fairseq_alibi.attention_options.option import AttentionOption, OptionConfig, register
+from fairseq_alibi.attention_options.option import AttentionOption, OptionConfig, register_option
 from fairseq_alibi.positions.position_method import option
 
 
-@register
+@register_option
 @dataclasses.dataclass
 class SinkLogitConfig(OptionConfig):
     name = "sink_logit"

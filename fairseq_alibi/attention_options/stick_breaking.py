@@ -13,11 +13,11 @@ import dataclasses
 import torch.nn.functional as F
 from torch import Tensor
 
-from fairseq_alibi.attention_options.option import AttentionOption, OptionConfig, diagonal, register
+from fairseq_alibi.attention_options.option import AttentionOption, OptionConfig, diagonal, register_option
 from fairseq_alibi.positions.position_method import option
 
 
-@register
+@register_option
 @dataclasses.dataclass
 class StickBreakingConfig(OptionConfig):
     name = "stick_breaking"

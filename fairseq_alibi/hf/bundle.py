@@ -1,6 +1,7 @@
 """The exported model's one self-contained modeling file, as Hugging Face's remote code wants it
 (transformers copies only flat relative imports beside a modeling file): the position math of
-this package (alibi_bias.py, rotary_angles.py, t5_buckets.py, positions/) and hf/modeling_fairseq_alibi.py, in
+this package (alibi_bias.py, rotary_angles.py, t5_buckets.py, positions/, attention_options/) and
+hf/modeling_fairseq_alibi.py, in
 that order, each without its imports of this package. Nothing is rewritten by hand: the exported
 model runs the same source the plugin runs."""
 import ast
@@ -14,7 +15,8 @@ FILE_NAME = os.path.basename(MODELING)
 
 def sources():
     """The files to bundle, dependencies first: the math modules, positions/position_method.py, each
-    registered method's file, then the model."""
+    registered method's file, attention_options/option.py and each registered option's file, then the model."""
+    from fairseq_alibi.attention_options import OPTIONS
     from fairseq_alibi.positions import METHODS
 
     methods = []
@@ -23,7 +25,9 @@ def sources():
         if path not in methods:
             methods.append(path)
     math = [os.path.join(PACKAGE, name) for name in ("alibi_bias.py", "rotary_angles.py", "t5_buckets.py")]
-    return [*math, os.path.join(PACKAGE, "positions", "position_method.py"), *methods, MODELING]
+    options = sorted({inspect.getsourcefile(config) for config in OPTIONS.values()})
+    return [*math, os.path.join(PACKAGE, "positions", "position_method.py"), *methods,
+            os.path.join(PACKAGE, "attention_options", "option.py"), *options, MODELING]
 
 
 def own_imports(tree):

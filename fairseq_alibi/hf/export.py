@@ -12,6 +12,7 @@ gives it (hf/tokenizer.py). Its logits are fairseq's log-probabilities up to a c
 position (exactly them for an adaptive softmax).
 """
 import argparse
+import dataclasses
 import enum
 import json
 import os
@@ -96,11 +97,10 @@ def refuse_unsupported(decoder, name):
     if getattr(layer.self_attn, "temperature", None) is not None:
         raise CannotExport(f"{name} has a length temperature (--length-temperature), which the exported model does not "
                            "carry: not supported yet")
-    options = getattr(layer.self_attn, "options", None)
-    if options is not None:
-        flags = ", ".join(OPTIONS[option].flag for option in options)
-        raise CannotExport(f"{name} has {flags} (attention_options/), which the exported model does not carry: "
-                           "not supported yet")
+    options = getattr(layer.self_attn, "options", None) or {}
+    if "selective" in options:
+        raise CannotExport(f"{name} has {OPTIONS['selective'].flag}, whose accumulation per key the exported model's "
+                           "cache does not keep: not supported yet")
     for part, flag in (("c_attn", "--scale-heads"), ("attn_ln", "--scale-attn"), ("ffn_layernorm", "--scale-fc"),
                        ("w_resid", "--scale-resids"), ("encoder_attn", "an encoder")):
         if getattr(layer, part, None) is not None:
@@ -112,6 +112,12 @@ def refuse_unsupported(decoder, name):
 def plain(value):
     """A config value as JSON writes it (fairseq's ChoiceEnum options are enums of strings)."""
     return value.value if isinstance(value, enum.Enum) else value
+
+
+def attention_options(layer, model_cfg):
+    """{name: its flags' values} of the layer's attention options (attention_options/), as the config keeps them."""
+    return {name: {f.name: plain(field(model_cfg, f.name)) for f in dataclasses.fields(OPTIONS[name])}
+            for name in (getattr(layer.self_attn, "options", None) or {})}
 
 
 def hf_model_of(model, dictionary, provenance):
@@ -151,7 +157,7 @@ def hf_model_of(model, dictionary, provenance):
         # fairseq's language models start every context with </s> (an end of line), and end a line with it.
         bos_token_id=dictionary.eos(), eos_token_id=dictionary.eos(), pad_token_id=dictionary.pad(),
         masked_output_symbols=(masked_output.parse_symbols(field(model_cfg, "masked_output_symbols"), len(dictionary))),
-        fairseq_alibi=provenance, auto_map=AUTO_MAP)
+        attention_options=attention_options(layer, model_cfg), fairseq_alibi=provenance, auto_map=AUTO_MAP)
     hf = FairseqAlibiForCausalLM(config).eval()
     hf.load_state_dict({k: v.detach().clone().float() for k, v in state.items()}, strict=True)
     return hf

@@ -21,6 +21,7 @@ from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from fairseq_alibi.attention_options.option import OPTIONS, build_options, dense_attention  # bundled: dropped from the exported file
 from fairseq_alibi.positions import METHODS, build_method  # bundled: dropped from the exported file
 from fairseq_alibi.positions.position_method import causal_mask, fold_padding  # bundled: dropped from the exported file
 from fairseq_alibi.rotary_angles import apply_rotary  # bundled: dropped from the exported file
@@ -36,7 +37,7 @@ class FairseqAlibiConfig(PreTrainedConfig):
                  layernorm_embedding=False, embed_scale=1.0, input_dim=None, output_dim=None,
                  adaptive_input=None, adaptive_softmax=None, positions="alibi", position_options=None,
                  max_positions=None, padding_idx=1, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                 fairseq_alibi=None, use_cache=True, masked_output_symbols=None, **kwargs):
+                 fairseq_alibi=None, use_cache=True, masked_output_symbols=None, attention_options=None, **kwargs):
         self.vocab_size, self.hidden_size = vocab_size, hidden_size
         self.num_hidden_layers, self.num_attention_heads = num_hidden_layers, num_attention_heads
         self.intermediate_size, self.activation = intermediate_size, activation
@@ -59,6 +60,8 @@ class FairseqAlibiConfig(PreTrainedConfig):
         self.use_cache = use_cache
         # vocabulary indices the model never predicts (logits -inf): fairseq's specials an imported GPT-2 lacks
         self.masked_output_symbols = list(masked_output_symbols or [])
+        # The attention options (attention_options/) by name, each its flags' values: {"sink_logit": {...}}.
+        self.attention_options = dict(attention_options or {})
         self.fairseq_alibi = fairseq_alibi or {}  # where the model came from: method, training length, commit
         kwargs.setdefault("tie_word_embeddings", False)  # the exported weights are copies, not ties
         super().__init__(**kwargs)
@@ -236,18 +239,24 @@ def sink_cache_problem(config, method, sinks, window):
     if method is None:
         return (f"{config.positions} position embeddings are added to the input, so they cannot be re-assigned "
                 "inside the cache: stream a model of a relative method (alibi, t5_bias, kerple, rotary, nope, ...)")
+    reading = [OPTIONS[name].flag for name in config.attention_options if OPTIONS[name].reads_logits]
+    if reading and method.rotary(torch.zeros(1, dtype=torch.long)) is not None:
+        return f"{' and '.join(reading)} with rotary cannot stream yet (each key is rotated twice in the cache)"
     if method.layer_bias() is not None:
         return (f"{method.label}'s bias depends on every token between key and query, which a sink cache drops: "
                 "stream a model of a position-only method")
     return None
 
 
-def stream_attention(q, k, v, mask, rotary):
+def stream_attention(q, k, v, mask, rotary, options=None):
     """Attention of T queries over the keys a sink cache gives them. mask (B or 1, heads or 1, T, K):
     the bias in cache positions and -inf on the keys a query does not see. rotary: None, or
     ((cos, sin) of the queries at their slot, of the queries at their text position - base, of the
     keys, sink keys at their slot and window keys at text position - base; the sink keys' columns):
-    a query's scores against the sinks and against the window take its two rotations."""
+    a query's scores against the sinks and against the window take its two rotations. options: the
+    layer's attention options that read the logits (the dense path; none with rotary: refused)."""
+    if options is not None:
+        return dense_attention(q, k, v, mask, 0.0, options, {})[0]
     if rotary is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
     at_slot, at_text, keys_at, sink_columns = rotary
@@ -266,6 +275,9 @@ class SelfAttention(nn.Module):
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
         self.layer_bias = layer_bias  # FoX: this layer's forget gate (positions.LayerBias)
         self.dropout = config.attention_dropout
+        configs = [OPTIONS[name](**values) for name, values in config.attention_options.items()]
+        self.options = build_options(configs, self.heads, self.head_dim, d)  # fairseq's parameter names
+        self.reads_logits = any(config.reads_logits for config in configs)
 
     def forward(self, x, mask, padded, rotary, cache, layer):
         """x (B, T, C); mask (B or 1, heads or 1, T, S) additive fp32 with -inf, or None (causal,
@@ -275,7 +287,8 @@ class SelfAttention(nn.Module):
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
         if isinstance(cache, SinkCache):  # keys kept unrotated: rotated at their slot in stream_attention
             k, v = cache.update(k, v, layer)
-            return self.out_proj(stream_attention(q, k, v, mask, rotary).transpose(1, 2).reshape(batch, length, -1))
+            options = self.options if self.reads_logits else None
+            return self.output(stream_attention(q, k, v, mask, rotary, options), x)
         if rotary is not None:  # keys are cached rotated, at their own positions
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if self.layer_bias is not None:
@@ -300,13 +313,23 @@ class SelfAttention(nn.Module):
         elif cache is not None:
             k, v = cache.update(k, v, layer)
         dropout = self.dropout if self.training else 0.0
-        if mask is None and torch.jit.is_tracing():  # a traced length is a tensor, which is_causal does not take
+        if mask is None and (torch.jit.is_tracing() or self.reads_logits) and length > 1:
+            # a traced length is a tensor, which is_causal does not take; the options read each logit
             mask = causal_mask(length, k.size(-2), torch.float32, x.device)
-        if mask is None:
+        if self.reads_logits:
+            out, _ = dense_attention(q, k, v, mask, dropout, self.options, {})
+        elif mask is None:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=length > 1)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=dropout)
-        return self.out_proj(out.transpose(1, 2).reshape(batch, length, -1))
+        return self.output(out, x)
+
+    def output(self, out, x):
+        """The heads' outputs (B, heads, T, head_dim), an output gate's applied (x: the layer's input), projected."""
+        if self.options is not None:
+            for option in self.options.values():
+                out = option.output(out, x.transpose(0, 1))
+        return self.out_proj(out.transpose(1, 2).reshape(out.size(0), out.size(2), -1))
 
 
 class DecoderLayer(nn.Module):

@@ -35,6 +35,10 @@ LAYOUTS = {
     "sinusoidal_small_adaptive": ("transformer_lm", [*SMALL_TINY, "--decoder-normalize-before", "--adaptive-input",
                                                      "--tie-adaptive-weights", "--tie-adaptive-proj", "--no-scale-embedding"]),
     "nope_untied_adaptive_softmax": ("nope_transformer_lm", [*TINY[:-1], "--adaptive-softmax-cutoff", "20,40"]),
+    # The attention options the export carries (attention_options/): the gate and the sink logit, stick-breaking.
+    "alibi_gate_sink": ("alibi_transformer_lm", [*TINY, "--output-gate", "elementwise", "--sink-logit"]),
+    "rotary_headwise_gate": ("rotary_transformer_lm", [*TINY, "--output-gate", "headwise"]),
+    "nope_stick_breaking": ("nope_transformer_lm", [*TINY, "--stick-breaking"]),
     # The preset in BLOOM's layout, exported to stock BLOOM (6 heads: BLOOM's slopes for a head
     # count that is not a power of 2 must be the paper's too).
     "bloom": ("alibi_transformer_lm_bloom_small", ["--decoder-layers", "2", "--decoder-embed-dim", "36",
@@ -50,6 +54,10 @@ def fairseq_model(kind, seed=0):
         m, d = build_model(arch, extra=flags)
         if arch != "transformer_lm":
             perturb(m)
+        with torch.no_grad():  # sinks and gates away from their start, as trained ones are
+            for name, p in m.named_parameters():
+                if ".options." in name:
+                    p.add_(0.5 * torch.randn_like(p))
         return m, d
     arch = kind.split("_")[0] if kind.startswith("kerple") else kind
     m, d = build_model(f"{arch}_transformer_lm", extra=[*TINY, *METHODS[kind]])
@@ -104,7 +112,7 @@ def test_the_parity_check_sees_a_wrong_bias(exported):
 
 
 @pytest.mark.parametrize("kind", ["alibi", "rotary", "t5_bias", "fire", "fox", "sinusoidal", "learned", "alibi_small_adaptive",
-                                  "bloom"])
+                                  "bloom", "alibi_gate_sink", "nope_stick_breaking"])
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_a_padded_batch_gives_each_row_what_the_row_alone_gives(kind, side, exported):
     model, dictionary, hf, _ = exported(kind)
@@ -154,7 +162,7 @@ def greedy_without_cache(model, prompt, steps):
 
 
 @pytest.mark.parametrize("kind", ["alibi", "rotary", "kerple_log", "fire", "fox", "sinusoidal", "learned",
-                                  "alibi_small_adaptive", "bloom"])
+                                  "alibi_small_adaptive", "bloom", "alibi_gate_sink", "nope_stick_breaking"])
 def test_greedy_generation_with_the_cache_gives_fairseqs_tokens(kind, exported):
     model, dictionary, hf, _ = exported(kind)
     prompt = torch.cat([torch.full((2, 1), dictionary.eos()), random_tokens(len(dictionary), 2, 5)], dim=1)
@@ -321,6 +329,26 @@ def test_bad_input_is_one_line_and_writes_nothing(toy_checkpoint, tmp_path):
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert snapshot(tmp_path) == before
     assert sorted(os.listdir(tmp_path)) == sorted(["full", "masked.pt", "other", "notes.pt"])
+
+
+def test_a_model_with_a_sink_logit_streams_through_a_sink_cache_as_its_full_forward(exported):
+    """The stream path takes the options too: with nothing evicted (a cache longer than the text) the streamed
+    log-probabilities are the full forward's, chunk by chunk."""
+    _, dictionary, hf, _ = exported("alibi_gate_sink")
+    tokens = random_tokens(len(dictionary), 1, 30, seed=3)
+    with torch.no_grad():
+        cache, streamed, start = hf.sink_cache(2, 40), [], 0
+        for size in (7, 1, 22):
+            streamed.append(hf(tokens[:, start:start + size], cache=cache).logits.log_softmax(-1))
+            start += size
+        torch.testing.assert_close(torch.cat(streamed, dim=1), hf(tokens).logits.log_softmax(-1), rtol=1e-5, atol=2e-5)
+
+
+def test_export_refuses_selective_attention_in_one_line():
+    model, _ = build_model("alibi_transformer_lm", extra=[*TINY, "--selective-attention"])
+    with pytest.raises(SystemExit, match="--selective-attention, whose accumulation per key") as error:
+        refuse_unsupported(model.decoder, "x.pt")
+    assert "\n" not in str(error.value)
 
 
 def test_export_refuses_packed_documents_in_one_line():
