@@ -341,11 +341,12 @@ def git_date(commit):
 
 
 def audit(found, claims, paths, date=git_date, retired=()):
-    """(report, disagreements): for each claim, the date of its declaring commit against the first row
-    of its cells (the earliest commit of any row of the checkpoints they hold, in the files `paths`,
-    and of any row `retired` since at a cell's path and length: a cell seen before its checkpoint was
-    trained again was seen), post hoc where it came after, and whether Claim.after_data says the
-    same; a scoring added later (Claim.scorings_declared) against the first row of the whole experiment."""
+    """(report, disagreements): for each claim, the date of its declaring commit against the first moment
+    both of its cells had a row (for each cell the earliest commit of any row of the checkpoints it holds,
+    in the files `paths`, and of any row `retired` since at its path and length: a cell seen before its
+    checkpoint was trained again was seen; the later of the two cells'), post hoc where it came after,
+    and whether Claim.after_data says the same; a scoring added later (Claim.scorings_declared) against
+    the first row of the whole experiment."""
     from fairseq_alibi_lab.result_rows import read_rows
 
     undated = date
@@ -369,12 +370,22 @@ def audit(found, claims, paths, date=git_date, retired=()):
     first = earliest_rows(paths, lambda row: row.get("checkpoint"))
     seen = earliest_rows(retired, lambda row: (row.get("checkpoint"), row.get("length", row.get("l_valid"))))
     experiment_first = min(first.values(), default=None)
-    lines_, wrong = ["| claim | declared | its date | first row of its cells | its date | post hoc | the declaration says |",
+    lines_, wrong = ["| claim | declared | its date | both cells first scored | its date | post hoc | the declaration says |",
                      "|---|---|---|---|---|---|---|"], 0
+    def first_seen(claim, cell):
+        held = {(c, key[-1]) for scoring in claim.strides for key in [found.locate(cell, scoring)[0]]
+                for c in found.found.get(key, {})}  # key[-1]: the cell's length
+        return min([first[c] for c, _ in held if c in first] + [seen[h] for h in held if h in seen], default=None)
+
     for claim in claims:
-        held = {(c, key[-1]) for scoring in claim.strides for cell in (claim.a, claim.b)
-                for key in [found.locate(cell, scoring)[0]] for c in found.found.get(key, {})}  # key[-1]: the cell's length
-        earliest = min([first[c] for c, _ in held if c in first] + [seen[h] for h in held if h in seen], default=None)
+        # The comparison could first be made when both of its cells had a row: a claim on a new arm against a
+        # baseline scored long before is declared before its data if it precedes the new arm's first row.
+        # A cell with values but no dated row (a floor of the prompts) was known all along; one with no value at
+        # all has no data yet, so neither has the comparison.
+        valued = [any(found.found.get(found.locate(cell, scoring)[0]) for scoring in claim.strides)
+                  for cell in (claim.a, claim.b)]
+        sides = [first_seen(claim, cell) for cell in (claim.a, claim.b)]
+        earliest = max((side for side in sides if side), default=None) if all(valued) else None
         declared = date(claim.declared) if claim.declared else None
         after = bool(declared and earliest and declared > earliest[0])
         agrees = after == claim.after_data or earliest is None

@@ -83,16 +83,18 @@ class Runner:
         return first
 
     def take_shared(self, jobs):
-        """The committed rows of the borrowed models' runs, relabelled, into OUT (those it lacks); one
-        line naming the command where some are missing."""
+        """The committed rows of the borrowed models' runs, relabelled, into OUT (those it lacks): their
+        perplexity rows and those of the experiment's own scorer (Stages.rows: retrieval's); one line naming
+        the command where some are missing."""
         for job in jobs:
             if not job.borrowed:
                 continue
             experiment, label = job.borrowed
-            rows = [dict(r, label=job.model.label) for r in read_rows(os.path.join(COMMITTED, experiment, "results.jsonl"))
-                    if r.get("label") == label and r.get("checkpoint") == job.checkpoint and r.get("scaling", "none") == "none"
-                    and r.get("updates") == job.updates]
-            append_new(self.results, rows)
+            for name in (os.path.basename(self.results), *self.stages.rows):
+                rows = [dict(r, label=job.model.label) for r in read_rows(os.path.join(COMMITTED, experiment, name))
+                        if r.get("label") == label and r.get("checkpoint") == job.checkpoint
+                        and r.get("scaling", "none") == "none" and r.get("updates") == job.updates]
+                append_new(os.path.join(self.out, name), rows)
             if any(self.missing(job, job.updates).values()):
                 raise SystemExit(f"error: {COMMITTED}/{experiment}/results.jsonl lacks rows of {label} (seed {job.seed}) "
                                  f"that {self.name} shows: run scripts/experiment.py {experiment} --models {slug(label)} "

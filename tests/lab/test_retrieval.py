@@ -653,6 +653,32 @@ def test_the_claims_audit_dates_a_cell_by_its_retired_rows_at_its_length_too(tmp
     assert wrong == 1
 
 
+def test_the_claims_audit_dates_a_claim_on_a_new_arm_by_the_new_arms_first_row(tmp_path):
+    """A claim on an arm added later against a baseline scored long before could first be decided when the new
+    arm had a row: declared between the two it is declared before its data; after both, post hoc; with the new
+    arm not scored yet, it waits."""
+    from fairseq_alibi_lab.claims import Cells, Claim, audit
+    from fairseq_alibi_lab.experiments.retrieval.claims import located
+
+    P = "first key word, needles past L"
+    dates = {"baseline": "2026-01-01", "claim": "2026-01-02", "new": "2026-01-03", "late": "2026-01-04"}
+    rows = tmp_path / "retrieval.jsonl"
+    rows.write_text("".join(json.dumps({"checkpoint": c, "commit": commit, "length": 2048}) + "\n"
+                            for c, commit in (("alibi/s1.pt", "baseline"), ("new/s1.pt", "new"))))
+    found = Cells({(P, "ALiBi", "passkey", 2048): {"alibi/s1.pt": 10.0}, (P, "New", "passkey", 2048): {"new/s1.pt": 30.0}},
+                  located(64), (str(rows),))
+    before = Claim("new beats ALiBi", ("New", "passkey", 32), ("ALiBi", "passkey", 32), "higher", (P,), declared="claim")
+    after = Claim("new beats ALiBi, late", ("New", "passkey", 32), ("ALiBi", "passkey", 32), "higher", (P,),
+                  declared="late", after_data=True)
+    report, wrong = audit(found, (before, after), [str(rows)], date=dates.get)
+    assert wrong == 0, report
+    assert "| new beats ALiBi | claim | 2026-01-02 | new | 2026-01-03 | no | the same |" in report
+    assert "| new beats ALiBi, late | late | 2026-01-04 | new | 2026-01-03 | yes | the same |" in report
+    pending = Cells({(P, "ALiBi", "passkey", 2048): {"alibi/s1.pt": 10.0}}, located(64), (str(rows),))
+    report, wrong = audit(pending, (before,), [str(rows)], date=dates.get)
+    assert wrong == 0 and "| new beats ALiBi | claim | 2026-01-02 | - | - | no | the same |" in report, report
+
+
 def test_the_claims_audit_refuses_in_one_line_without_the_history_that_dates_its_commits(tmp_path):
     """A shallow clone or a copy without .git once audited every claim 'the same', 'post hoc: no'."""
     from fairseq_alibi_lab.claims import Cells, Claim, audit

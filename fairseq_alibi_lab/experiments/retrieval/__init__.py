@@ -9,7 +9,7 @@ from fairseq_alibi_lab import learned_slopes
 from fairseq_alibi_lab.experiments.retrieval import claims, data, floors, report, score
 from fairseq_alibi_lab.experiments.retrieval.figures import FAMILIES
 from fairseq_alibi_lab.experiments.retrieval.prompts import LONG_MULTIPLES, MULTIPLES
-from fairseq_alibi_lab.experiments.base import BEFORE_SEPARABLE, Experiment, Model, Stages, register
+from fairseq_alibi_lab.experiments.base import BEFORE_SEPARABLE, EXPERIMENTS, Experiment, Model, Stages, register
 from fairseq_alibi_lab.experiments.causal import SINUSOIDAL
 
 # Retrieval past L: the comparison's causal methods trained from scratch at L=64 on WikiText-2 mixed half and half with passkey, multi-key and key-value examples
@@ -60,3 +60,43 @@ register("retrieval", Experiment(
                   score=score.score_model, rows=(score.ROWS, score.BY_POSITION_ROWS, learned_slopes.ROWS),
                   report=functools.partial(report.report, families=FAMILY_OF), claim_cells=claims.claim_cells, cells=claims.scored_cells),
     claims=claims.CLAIMS, kernel_rule=BEFORE_SEPARABLE))
+
+# The methods 2025 papers put beside ALiBi (issue 94: attention_options/), trained as retrieval's models are,
+# beside retrieval's own ALiBi (its committed rows, Model.shared): a sibling experiment, so that retrieval's
+# primary family stays whole while these train. Claims from each paper's statement, declared before their
+# first training; first key word over the needles past ALiBi's field (1,024 tokens from the question).
+GATED, SINK, SELECTIVE, STICK_BREAKING = ("ALiBi, output gate", "ALiBi, sink logit", "ALiBi, selective attention",
+                                          "Stick-breaking")
+FIELD_2025_MODELS = (
+    Model("ALiBi", "alibi", multiples=PAST_FIELD, shared=("retrieval", "ALiBi"), family=ALIBI_FAMILY),
+    Model(GATED, "alibi", ("--output-gate", "elementwise"), multiples=PAST_FIELD, family=ALIBI_FAMILY),
+    Model(SINK, "alibi", ("--sink-logit",), multiples=PAST_FIELD, family=ALIBI_FAMILY),
+    Model(SELECTIVE, "alibi", ("--selective-attention",), multiples=PAST_FIELD, family=ALIBI_FAMILY),
+    Model(STICK_BREAKING, "nope", ("--stick-breaking",), multiples=PAST_FIELD, family=ABSOLUTE),
+)
+DECLARED_2025 = ""
+
+
+def further(a, task, k, primary=True):
+    return claims.Claim(f"{a} retrieves further than ALiBi past its field ({task} at {k}L)", (a, task, k),
+                        ("ALiBi", task, k), "higher", (claims.FIRST_PAST_FIELD,), declared=DECLARED_2025, primary=primary)
+
+
+FIELD_2025_CLAIMS = (
+    # Stick-breaking (Tan et al. 2025): trained at 2^11, good at 2^14; gated attention (Qiu et al. 2025): better
+    # length extrapolation.
+    further(STICK_BREAKING, "passkey", 32),
+    further(GATED, "passkey", 32),
+    # exploratory: numbers and raw p, no verdict
+    further(STICK_BREAKING, "passkey", 128, primary=False),
+    further(STICK_BREAKING, "multikey", 32, primary=False),
+    further(SINK, "passkey", 32, primary=False),
+    further(SELECTIVE, "passkey", 32, primary=False),
+)
+register("retrieval-2025", dataclasses.replace(
+    EXPERIMENTS["retrieval"],
+    about="The methods of 2025 on retrieval's recipe beside its ALiBi (retrieval's committed rows): ALiBi with the "
+          "output gate, the sink logit and selective attention, and stick-breaking attention without positions.",
+    models=FIELD_2025_MODELS, claims=FIELD_2025_CLAIMS,
+    stages=dataclasses.replace(EXPERIMENTS["retrieval"].stages, report=functools.partial(
+        report.report, families={model.label: model.family for model in FIELD_2025_MODELS}))))
