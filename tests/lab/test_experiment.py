@@ -844,7 +844,8 @@ def test_committed_experiments_train_and_score_on_the_kernels_of_their_rows():
     training at its length and in evaluation at each length it is scored at, to the kernel
     auto-no-separable picks, the rule those rows were made under: a rerun trains and scores as they did,
     digit for digit. Those experiments name that rule (Experiment.kernel_rule), and the runner passes it
-    to each plugin model before the model's own flags."""
+    to each plugin model before the model's own flags. An experiment made under today's auto (long-context-
+    recipes) says so in its declaration and in every one of its rows (attention_kernel)."""
     import dataclasses
 
     from fairseq_alibi.kernels import choose_kernel
@@ -855,7 +856,13 @@ def test_committed_experiments_train_and_score_on_the_kernels_of_their_rows():
 
     x, checked, moved = torch.zeros(1, 1, 128), set(), set()
     for name, experiment in EXPERIMENTS.items():
-        if not os.path.isdir(os.path.join(REPO, COMMITTED if name == "main" else os.path.join(COMMITTED, name))):
+        folder = os.path.join(REPO, COMMITTED if name == "main" else os.path.join(COMMITTED, name))
+        if not os.path.isdir(folder):
+            continue
+        if experiment.kernel_rule == "auto":
+            with open(os.path.join(folder, "results.jsonl")) as f:
+                recorded = {row.get("attention_kernel") for row in map(json.loads, f) if row.get("updates")}
+            assert recorded == {"auto"}, (name, recorded)
             continue
         for model in experiment.models:
             if model.method not in METHODS:  # stock fairseq models and encoders: no plugin kernel
