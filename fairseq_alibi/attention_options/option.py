@@ -97,11 +97,37 @@ def diagonal(query_len: int, key_len: int, device) -> Tensor:
     return torch.eye(key_len, dtype=torch.bool, device=device)[key_len - query_len:]
 
 
+# Without gradients (evaluation) the dense path runs in blocks of query rows of at most this many (query, key)
+# pairs per row of the batch and head, each block over the keys its last query sees: every option reads a
+# query's own row (selective attention its state, carried from block to block as from call to call), so the
+# same rows, with memory bounded by the block instead of T x S (128L = 8,192 tokens: 256 MiB a head whole).
+BLOCK_PAIRS = 2**21
+
+
 def dense_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p: float,
                     options: nn.ModuleDict, states: Dict[str, Tensor]) -> Tuple[Tensor, Dict[str, Tensor]]:
     """Attention written out (fp32 logits, the options between logits and output): q, k, v (batch, heads, T
-    or S, d), mask (1 or batch, 1 or heads, T, S) additive (None: every key), dropout on the weights. Returns
-    the output (q's dtype) and what each option keeps (by name) for the next call."""
+    or S, d), the T queries the last T of the S keys, mask (1 or batch, 1 or heads, T, S) additive (None:
+    every key), dropout on the weights. Returns the output (q's dtype) and what each option keeps (by name)
+    for the next call."""
+    query_len, key_len = q.size(2), k.size(2)
+    rows = max(1, BLOCK_PAIRS // key_len)
+    if torch.is_grad_enabled() or query_len <= rows:
+        return attention_rows(q, k, v, mask, dropout_p, options, states)
+    outs, kept = [], dict(states)
+    for start in range(0, query_len, rows):
+        end = min(query_len, start + rows)
+        seen = key_len - query_len + end  # the block's queries are the last of these keys
+        block_mask = None if mask is None else mask[..., start:end, :seen]
+        out, kept = attention_rows(q[:, :, start:end], k[:, :, :seen], v[:, :, :seen], block_mask, dropout_p, options,
+                                   kept)
+        outs.append(out)
+    return torch.cat(outs, dim=2), kept
+
+
+def attention_rows(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p: float,
+                   options: nn.ModuleDict, states: Dict[str, Tensor]) -> Tuple[Tensor, Dict[str, Tensor]]:
+    """dense_attention over all of q's rows at once."""
     logits = torch.matmul(q.float(), k.float().transpose(-1, -2)) * q.size(-1) ** -0.5
     if mask is not None:
         logits = logits + mask.float()

@@ -77,6 +77,20 @@ def test_a_packed_row_is_its_documents_alone(options):
         torch.testing.assert_close(packed[:, 14:], m(b)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("options", [("selective", "sink"), ("stick-breaking",), ("gate", "sink")])
+def test_evaluation_in_blocks_of_query_rows_is_the_whole_forward(options, monkeypatch):
+    """Without gradients the dense path runs in blocks of query rows (selective attention's state carried
+    from block to block, as from one cached call to the next): the same logits as all rows at once."""
+    from fairseq_alibi.attention_options import option
+
+    m, d = model("alibi", options)
+    tokens = random_tokens(len(d), 2, 40)
+    with torch.no_grad():
+        whole = m(tokens)[0]
+        monkeypatch.setattr(option, "BLOCK_PAIRS", 7 * 40)  # blocks of 7 rows (at 40 keys)
+        torch.testing.assert_close(m(tokens)[0], whole, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("kernel", ["blocked", "separable"])
 def test_the_gate_on_a_kernel_equals_the_dense_path(kernel):
     """The gate changes the output, not the weights: every kernel takes it (600 tokens: past where blocked runs)."""
