@@ -38,6 +38,7 @@ REBUILDS = {
     f"{RESULTS}/hf": [["examples/wikitext2/lm_eval/table.py", "{out}"]],
     f"{RESULTS}/littlebird": [runner("littlebird"), claims("littlebird")],
     f"{RESULTS}/littlebird-long": [runner("littlebird-long"), claims("littlebird-long")],
+    f"{RESULTS}/long-context-recipes": [runner("long-context-recipes"), claims("long-context-recipes")],
     f"{RESULTS}/main-gpu": [runner("main")],
     f"{RESULTS}/mlm": [runner("mlm"), claims("mlm")],
     f"{RESULTS}/retrieval": [runner("retrieval"), claims("retrieval")],
@@ -49,7 +50,7 @@ REBUILDS = {
 }
 # What the commands read (kept in the copy) rather than write (removed from it first).
 INPUTS = {"README.md", "PROVENANCE.md", "results.jsonl", "retired.jsonl", "recovery.jsonl", "retrieval.jsonl", "floors.jsonl", "streaming.jsonl", "by_position.jsonl", "slopes.jsonl", "fairseq.jsonl", "scoring.json",
-          "training-resources.csv", "intermediate.jsonl"}
+          "training-resources.csv", "intermediate.jsonl", "excluded.jsonl"}
 # Written from checkpoints, which are not committed: greedy continuations.
 NOT_FROM_COMMITTED_FILES = {f"{RESULTS}/conversion/generation.md"}
 
