@@ -228,10 +228,9 @@ def biased_attention(bias: AttentionBias, layer_bias, x: Tensor, q: Tensor, k: T
                     else q.new_zeros(1, 1, tgt_len, k.size(2), dtype=torch.float32))
         # In place where no gradient needs extra (one full-size tensor less); the same sum.
         mask = (extra.add_(mask) if not extra.requires_grad else mask.float() + extra).to(q.dtype)
-    reads_logits = options is not None and any(OPTIONS[name].reads_logits for name in options)
-    if reads_logits and query_scale is not None and mask is not None:
+    if query_scale is not None and mask is not None:  # the dense mask: its bias times each query's factor
         mask = scaled_mask(mask, query_scale)
-    if reads_logits:  # attention_bias built the dense mask for them (None: one query seeing every key)
+    if options is not None and any(OPTIONS[name].reads_logits for name in options):  # attention_bias built the dense mask for them (None: one query seeing every key)
         out, option_kept = dense_attention(q, k, v, mask, dropout, options, states)
         kept.update(option_kept)
     elif key_terms is not None:
@@ -239,8 +238,6 @@ def biased_attention(bias: AttentionBias, layer_bias, x: Tensor, q: Tensor, k: T
     elif bias.kernel is not None:
         out = bias.kernel.attend(q, k, v, dropout, **scaled)
     elif mask is not None:
-        if query_scale is not None:
-            mask = scaled_mask(mask, query_scale)
         out = masked_attention(q, k, v, mask, dropout)  # no backend found wrong on masks (kernels/sdpa.py)
     else:
         is_causal = bias.causal and tgt_len > 1  # then tgt_len == src_len

@@ -50,6 +50,15 @@ def test_a_model_with_options_is_the_papers_equation_written_out(method, options
     assert_same_logits(m, lambda t: (naive_model(m, t),), tokens, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("form", ["qk", "logit"])
+def test_options_with_a_length_temperature_are_the_equation_written_out(form):
+    """A length temperature (its logit form scaling ALiBi's bias per query on the dense mask) under options
+    that read the logits: the same logits as both written out, past its L."""
+    m, d = model("alibi", ("sink", "selective"), "--length-temperature", "logn", "--length-temperature-form", form,
+                 "--length-temperature-length", "4")
+    assert_same_logits(m, lambda t: (naive_model(m, t),), random_tokens(len(d), 2, 12), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("options", [("selective",), ("sink", "gate"), ("stick-breaking",)])
 def test_the_cache_reordered_as_beam_search_does_equals_the_full_forward(options):
     """What selective attention keeps per key (its accumulation) follows its row when beams reorder."""
