@@ -84,6 +84,7 @@ class Comparison:
     p: Optional[float] = None
     difference: float = 0.0  # mean of a - mean of b
     missing: str = ""  # why there is no comparison at all ("": there is one)
+    waiting: bool = False  # missing for want of rows still to come (a cell without any, or too few seeds)
 
 
 # A cell with no rows: its runs are still to come (an experiment in progress; a claim on a cell its experiment
@@ -96,17 +97,18 @@ def compare(a, b, seeds_of=None, seeds=SEEDS):
     the prompts ({FLOOR: value}). seeds_of: {checkpoint: seed} where a and b are one seed's arms
     (paired by seed), else None."""
     if not a or not b:
-        return Comparison(missing=PENDING)
+        return Comparison(missing=PENDING, waiting=True)
     if set(b) == {FLOOR}:  # a floor of the prompts: one value, no seeds
         if len(a) < seeds:
-            return Comparison(missing=f"no verdict (n = {len(a)}: the rule asks for {seeds} seeds)")
+            return Comparison(missing=f"no verdict (n = {len(a)}: the rule asks for {seeds} seeds)", waiting=True)
         mean_a, std_a = results.mean_std(list(a.values()))
         separated = abs(mean_a - b[FLOOR]) > std_a
         spread = "separated from the floor" if separated else "within the seeds' spread of the floor"
         test, p = one_sample_test(a, b[FLOOR])
         return Comparison(spread, test, p, mean_a - b[FLOOR])
     if min(len(a), len(b)) < seeds:
-        return Comparison(missing=f"no verdict (n = {len(a)} and {len(b)}: the rule asks for {seeds} seeds a side)")
+        return Comparison(missing=f"no verdict (n = {len(a)} and {len(b)}: the rule asks for {seeds} seeds a side)",
+                          waiting=True)
     (mean_a, std_a), (mean_b, std_b) = results.mean_std(list(a.values())), results.mean_std(list(b.values()))
     spread = "separated" if abs(mean_a - mean_b) > std_a + std_b else "within the seeds' spread"
     test, p = t_test(a, b, seeds_of)
@@ -295,9 +297,10 @@ def render(found, claims):
     """The claims' table: one line per claim and scoring, Holm's adjustment over the primary lines with a
     test, the verdicts by it; then what was tested and how the verdicts were decided."""
     made = [line for claim in claims for line in lines(found, claim)]
-    # A primary line still waiting for rows leaves the family incomplete: Holm's adjustment over the lines
-    # that have a test would be over a smaller family than declared, so no primary verdict is given yet.
-    pending = sum(line.primary and line.comparison.missing == PENDING for line in made)
+    # A primary line still waiting for rows (a cell without any, or fewer seeds than the rule) leaves the family
+    # incomplete: Holm's adjustment over the lines that have a test would be over a smaller family than
+    # declared, so no primary verdict is given yet.
+    pending = sum(line.primary and line.comparison.waiting for line in made)
     adjusted = holm([line.comparison.p if line.primary and not pending else None for line in made])
     incomplete = f"no verdict (the primary family is incomplete: {lines_of(pending)} pending)"
 

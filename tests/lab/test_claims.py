@@ -102,7 +102,8 @@ def test_the_corrected_test_decides_and_the_spread_only_describes():
 
 
 def test_a_primary_family_with_a_line_still_waiting_for_rows_gives_no_verdict():
-    """An experiment in progress: a primary line whose cell has no rows yet is pending, and while one is,
+    """An experiment in progress: a primary line whose cell has no rows yet (or fewer seeds than the rule) is
+    pending, and while one is,
     no primary line gets a Holm p or a verdict (Holm over the lines that have rows would be over a smaller
     family than declared); exploratory lines keep their numbers. With every row in, the verdicts come."""
     rows = [row("C", s, 64, v) for s, v in ((1, 101), (2, 102), (3, 103))]
@@ -117,7 +118,10 @@ def test_a_primary_family_with_a_line_still_waiting_for_rows_gives_no_verdict():
     assert "| E at 64: no rows yet | C at 64: 102.00 ± 1.00 (n=3) |" in text
     assert table["C below D, exploratory"][2] == "exploratory (no verdict)"
     assert "The primary family is incomplete: 1 line of it still waits for rows" in text
-    rows += [row("E", s, 64, v) for s, v in ((1, 160), (2, 161), (3, 162))]
+    rows += [row("E", s, 64, v) for s, v in ((1, 160), (2, 161))]  # two of its three seeds: still waiting
+    two = verdicts(claims.render(claims.perplexity_rows(results.keyed(rows), ["r.jsonl"]), declared))
+    assert two["D below C"][2] == "no verdict (the primary family is incomplete: 1 line pending)"
+    rows.append(row("E", 3, 64, 162))
     complete = verdicts(claims.render(claims.perplexity_rows(results.keyed(rows), ["r.jsonl"]), declared))
     assert complete["D below C"][2] == "refuted" and complete["E below C"][2] == "refuted"
 
