@@ -2,9 +2,12 @@
 import types
 
 
-def build_model(arch, vocab_size, flags=(), task="language_modeling"):
+def build_model(arch, vocab_size, flags=(), task="language_modeling", hydra=False):
     """An untrained `arch` over a dictionary of `vocab_size` words (plus fairseq's 4 specials),
-    parsed as for `task` (language_modeling, masked_lm, translation: one dictionary for both sides)."""
+    parsed as for `task` (language_modeling, masked_lm, translation: one dictionary for both sides).
+    hydra: through fairseq-train's own conversion of the arguments to its config (about 0.5 s a model on a
+    CPU core); else the parsed arguments themselves, which fairseq's build_model also takes (12x faster:
+    the tests build hundreds of models), the same model (tests/library/test_checkpoints_and_distributed.py)."""
     from fairseq import models, options
     from fairseq.data import Dictionary
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -16,9 +19,9 @@ def build_model(arch, vocab_size, flags=(), task="language_modeling"):
         dictionary.add_symbol(f"w{i}")
     parser = options.get_training_parser()
     argv = ["/dev/null", "--task", task, "--arch", arch, *flags]
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
+    args = options.parse_args_and_arch(parser, argv)
     task = types.SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    return models.build_model(cfg.model, task), dictionary
+    return models.build_model(convert_namespace_to_omegaconf(args).model if hydra else args, task), dictionary
 
 
 def load_checkpoint(path, data, kind=None, overrides=None):

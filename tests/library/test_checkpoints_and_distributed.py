@@ -172,3 +172,4 @@ def test_checkpoints_of_the_code_before_the_registry_load_with_the_same_logits(w
         saved = torch.load(tmp_path / f"{name}.logits")
         with torch.no_grad():
             assert torch.equal(model.eval()(saved["tokens"])[0], saved["logits"]), name
+
