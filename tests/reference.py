@@ -118,13 +118,14 @@ def naive_temperature(attn, h, i):
     return math.exp(float(temperature.log_scale[h])) * math.log(i + 1), temperature.form
 
 
-def naive_attention(attn, x, bias, rotate=None):
+def naive_attention(attn, x, bias, rotate=None, weights=None):
     """softmax(q_i k_j / sqrt(d) + bias(h, i, j)) v over keys j <= i, one head and query at a time; with a
     length temperature tau (naive_temperature) tau q_i k_j / sqrt(d) + bias (form qk) or tau (q_i k_j /
     sqrt(d) + bias) (form logit); with attention options (attention_options/) as their papers state them:
     naive_selective's subtraction, naive_weights in place of softmax, naive_gate on the output.
 
-    x: (T, C) for one sequence; the weights are the module's q/k/v/out projections.
+    x: (T, C) for one sequence; the weights are the module's q/k/v/out projections. weights: a list the
+    attention weights (heads, T, T; 0 past each query) are appended to.
     """
     T, C = x.shape
     H = attn.num_heads
@@ -146,11 +147,14 @@ def naive_attention(attn, x, bias, rotate=None):
     options = getattr(attn, "options", None) or {}
     if "selective" in options:
         logits = naive_selective(logits)
-    out = torch.zeros(T, C)
+    out, given = torch.zeros(T, C), torch.zeros(H, T, T)
     for h in range(H):
         sl = slice(h * d, (h + 1) * d)
         for i in range(T):
-            out[i, sl] = naive_weights(options, h, logits[h][i]) @ v[: i + 1, sl]
+            given[h, i, : i + 1] = naive_weights(options, h, logits[h][i])
+            out[i, sl] = given[h, i, : i + 1] @ v[: i + 1, sl]
+    if weights is not None:
+        weights.append(given)
     if "output_gate" in options:
         out = out * naive_gate(options["output_gate"], x, H, d)
     return attn.out_proj(out)
@@ -187,8 +191,9 @@ def naive_gate(gate, x, heads, head_dim):
     return g if gate.kind == "elementwise" else g.repeat_interleave(head_dim, dim=1)
 
 
-def naive_model(model, tokens, features_only=False):
-    """The whole decoder, one sequence at a time, with the naive attention above."""
+def naive_model(model, tokens, features_only=False, weights=None):
+    """The whole decoder, one sequence at a time, with the naive attention above; weights: a list each
+    sequence's layers' attention weights (heads, T, T) are appended to, layer by layer."""
     dec = model.decoder
     bias, rotate = position_terms(model)
     outs = []
@@ -200,7 +205,7 @@ def naive_model(model, tokens, features_only=False):
             h = layer.self_attn_layer_norm(x) if pre else x
             data_bias = naive_layer_bias(layer.self_attn, h)
             layer_bias = bias if data_bias is None else (lambda hd, i, j, b=data_bias: bias(hd, i, j) + b(hd, i, j))
-            x = x + naive_attention(layer.self_attn, h, layer_bias, rotate)
+            x = x + naive_attention(layer.self_attn, h, layer_bias, rotate, weights)
             x = x if pre else layer.self_attn_layer_norm(x)
             h = layer.final_layer_norm(x) if pre else x
             x = x + layer.fc2(F.relu(layer.fc1(h)))

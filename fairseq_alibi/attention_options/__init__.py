@@ -13,8 +13,9 @@ Adding an option is adding a file here (its Config and its layer module) and its
 import importlib
 import pkgutil
 
-from fairseq_alibi.attention_options.option import (OPTIONS, AttentionOption, OptionConfig, build_options,  # noqa: F401
-                                                    configs_from_args, dense_attention, register_option)
+from fairseq_alibi.attention_options.option import (OPTIONS, AttentionOption, OptionConfig, apply_outputs,  # noqa: F401
+                                                    build_options, configs_from_args, dense_attention, logit_readers,
+                                                    register_option)
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "option":

@@ -92,6 +92,21 @@ def build_options(configs: List[OptionConfig], heads: int, head_dim: int, embed_
     return nn.ModuleDict({config.name: config.build(heads, head_dim, embed_dim) for config in configs})
 
 
+def logit_readers(options) -> List[str]:
+    """The flags of those of these options (their names, configs or a layer's ModuleDict; None: none) that read
+    every logit, and so run on the dense path."""
+    classes = [OPTIONS[option] if isinstance(option, str) else type(option) for option in (options or ())]
+    return [config_class.flag for config_class in classes if config_class.reads_logits]
+
+
+def apply_outputs(options: Optional[nn.ModuleDict], out: Tensor, x: Tensor) -> Tensor:
+    """The heads' outputs out (batch, heads, T, head_dim) with each option's output change (the output gate), x
+    (T, batch, C) the layer's attention input."""
+    for option in (options or {}).values():
+        out = option.output(out, x)
+    return out
+
+
 def diagonal(query_len: int, key_len: int, device) -> Tensor:
     """(T, S) bool: each query's own key (the T queries the last T of S positions)."""
     return torch.eye(key_len, dtype=torch.bool, device=device)[key_len - query_len:]
@@ -105,15 +120,17 @@ BLOCK_PAIRS = 2**21
 
 
 def dense_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p: float,
-                    options: nn.ModuleDict, states: Dict[str, Tensor]) -> Tuple[Tensor, Dict[str, Tensor]]:
+                    options: nn.ModuleDict, states: Dict[str, Tensor],
+                    weights: Optional[List[Tensor]] = None) -> Tuple[Tensor, Dict[str, Tensor]]:
     """Attention written out (fp32 logits, the options between logits and output): q, k, v (batch, heads, T
     or S, d), the T queries the last T of the S keys, mask (1 or batch, 1 or heads, T, S) additive (None:
     every key), dropout on the weights. Returns the output (q's dtype) and what each option keeps (by name)
-    for the next call."""
+    for the next call. weights: a list the attention weights (batch, heads, T, S) are appended to, whole (a
+    measurement: what each query gives each key)."""
     query_len, key_len = q.size(2), k.size(2)
     rows = max(1, BLOCK_PAIRS // key_len)
-    if torch.is_grad_enabled() or query_len <= rows:
-        return attention_rows(q, k, v, mask, dropout_p, options, states)
+    if torch.is_grad_enabled() or query_len <= rows or weights is not None:
+        return attention_rows(q, k, v, mask, dropout_p, options, states, weights)
     outs, kept = [], dict(states)
     for start in range(0, query_len, rows):
         end = min(query_len, start + rows)
@@ -126,7 +143,8 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dro
 
 
 def attention_rows(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p: float,
-                   options: nn.ModuleDict, states: Dict[str, Tensor]) -> Tuple[Tensor, Dict[str, Tensor]]:
+                   options: nn.ModuleDict, states: Dict[str, Tensor],
+                   recorded: Optional[List[Tensor]] = None) -> Tuple[Tensor, Dict[str, Tensor]]:
     """dense_attention over all of q's rows at once."""
     logits = torch.matmul(q.float(), k.float().transpose(-1, -2)) * q.size(-1) ** -0.5
     if mask is not None:
@@ -136,6 +154,8 @@ def attention_rows(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], drop
         logits, kept[name] = option.adjust_logits(logits, states.get(name))
     weighing = [option for name, option in options.items() if OPTIONS[name].weighs]
     weights = weighing[0].weights(logits) if weighing else torch.softmax(logits, dim=-1)
+    if recorded is not None:
+        recorded.append(weights.detach())
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p)
     return torch.matmul(weights, v.float()).to(q.dtype), {name: state for name, state in kept.items() if state is not None}

@@ -21,7 +21,9 @@ from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from fairseq_alibi.attention_options.option import OPTIONS, build_options, dense_attention  # bundled: dropped from the exported file
+# bundled: dropped from the exported file
+from fairseq_alibi.attention_options.option import (OPTIONS, apply_outputs, build_options, dense_attention,
+                                                    logit_readers)
 from fairseq_alibi.positions import METHODS, build_method  # bundled: dropped from the exported file
 from fairseq_alibi.positions.position_method import causal_mask, fold_padding  # bundled: dropped from the exported file
 from fairseq_alibi.rotary_angles import apply_rotary  # bundled: dropped from the exported file
@@ -239,7 +241,7 @@ def sink_cache_problem(config, method, sinks, window):
     if method is None:
         return (f"{config.positions} position embeddings are added to the input, so they cannot be re-assigned "
                 "inside the cache: stream a model of a relative method (alibi, t5_bias, kerple, rotary, nope, ...)")
-    reading = [OPTIONS[name].flag for name in config.attention_options if OPTIONS[name].reads_logits]
+    reading = logit_readers(config.attention_options)
     if reading and method.rotary(torch.zeros(1, dtype=torch.long)) is not None:
         return f"{' and '.join(reading)} with rotary cannot stream yet (each key is rotated twice in the cache)"
     if method.layer_bias() is not None:
@@ -277,7 +279,7 @@ class SelfAttention(nn.Module):
         self.dropout = config.attention_dropout
         configs = [OPTIONS[name](**values) for name, values in config.attention_options.items()]
         self.options = build_options(configs, self.heads, self.head_dim, d)  # fairseq's parameter names
-        self.reads_logits = any(config.reads_logits for config in configs)
+        self.reads_logits = bool(logit_readers(configs))
 
     def forward(self, x, mask, padded, rotary, cache, layer):
         """x (B, T, C); mask (B or 1, heads or 1, T, S) additive fp32 with -inf, or None (causal,
@@ -326,9 +328,7 @@ class SelfAttention(nn.Module):
 
     def output(self, out, x):
         """The heads' outputs (B, heads, T, head_dim), an output gate's applied (x: the layer's input), projected."""
-        if self.options is not None:
-            for option in self.options.values():
-                out = option.output(out, x.transpose(0, 1))
+        out = apply_outputs(self.options, out, x.transpose(0, 1))
         return self.out_proj(out.transpose(1, 2).reshape(out.size(0), out.size(2), -1))
 
 

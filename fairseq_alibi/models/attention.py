@@ -6,8 +6,9 @@ registry (kernels.choose_kernel) pick who adds the bias, and otherwise builds th
 method's bias, the causal -inf, padded keys). Its result, an AttentionBias, goes to every layer's
 RelativeSelfAttention. A model holds its method; nothing here calls back into the model.
 """
+import contextlib
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,7 @@ from fairseq.modules import MultiheadAttention
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from fairseq_alibi.attention_options import OPTIONS, dense_attention
+from fairseq_alibi.attention_options import OPTIONS, apply_outputs, dense_attention, logit_readers
 from fairseq_alibi.documents import Documents, document_bias
 from fairseq_alibi.kernels import build_kernel, choose_kernel
 from fairseq_alibi.kernels.sdpa import masked_attention
@@ -151,6 +152,7 @@ class RelativeSelfAttention(MultiheadAttention):
         self.layer_bias = None
         self.temperature = None  # a length temperature (length_temperature.py; the decoder sets it)
         self.options = None  # its attention options (attention_options/: a ModuleDict; the decoder sets it)
+        self.recorded_weights = None  # a list while its weights are recorded (recording_weights)
 
     def forward(
         self,
@@ -189,10 +191,8 @@ class RelativeSelfAttention(MultiheadAttention):
         states = {name: saved_state[name] for name in STATES if name in saved_state} if saved_state is not None else {}
         dropout = self.dropout_module.p if self.training else 0.0
         out, kept = biased_attention(bias, self.layer_bias, query, q, k, v, key_padding_mask, states, dropout,
-                                     query_scale, self.options)
-        if self.options is not None:
-            for option in self.options.values():
-                out = option.output(out, query)
+                                     query_scale, self.options, self.recorded_weights)
+        out = apply_outputs(self.options, out, query)
         if saved_state is not None:
             saved_state.update(kept)
             self._set_input_buffer(incremental_state, saved_state)
@@ -207,14 +207,15 @@ STATES = ("layer_bias", *OPTIONS)
 
 def biased_attention(bias: AttentionBias, layer_bias, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
                      padding: Optional[Tensor], states: Optional[Dict[str, Tensor]], dropout: float,
-                     query_scale: Optional[Tensor] = None, options=None):
+                     query_scale: Optional[Tensor] = None, options=None, weights: Optional[list] = None):
     """Attention (batch, heads, T, d) with the bias: the chosen kernel's, the dense mask's, or PyTorch's
     causal attention; a layer_bias (a bias from the data: x, (T, batch, C), is the layer's input) as the
     kernel's per-key terms or added to the mask; query_scale (1 or batch, 1 or heads, T, 1): each query's
     bias times its factor (a length temperature's logit form; the kernel was chosen to take it); options:
     the layer's attention options (a ModuleDict or None), those that read the logits on the dense mask;
     states: what the previous call kept (incremental decoding), by name (STATES). Returns the output and
-    what to keep now, by name."""
+    what to keep now, by name. weights: a list the attention weights (batch, heads, T, S) are appended to (the
+    dense path; attention_bias built the dense mask: recording_weights)."""
     mask, key_terms, kept, states = bias.mask, None, {}, states or {}
     state = states.get("layer_bias")
     scaled = {} if query_scale is None else {"query_scale": query_scale}
@@ -230,8 +231,8 @@ def biased_attention(bias: AttentionBias, layer_bias, x: Tensor, q: Tensor, k: T
         mask = (extra.add_(mask) if not extra.requires_grad else mask.float() + extra).to(q.dtype)
     if query_scale is not None and mask is not None:  # the dense mask: its bias times each query's factor
         mask = scaled_mask(mask, query_scale)
-    if options is not None and any(OPTIONS[name].reads_logits for name in options):  # attention_bias built the dense mask for them (None: one query seeing every key)
-        out, option_kept = dense_attention(q, k, v, mask, dropout, options, states)
+    if logit_readers(options) or weights is not None:  # on the dense mask (None: one query seeing every key)
+        out, option_kept = dense_attention(q, k, v, mask, dropout, options or {}, states, weights)
         kept.update(option_kept)
     elif key_terms is not None:
         out = bias.kernel.attend(q, k, v, dropout, key_terms=key_terms, **scaled)
@@ -243,6 +244,24 @@ def biased_attention(bias: AttentionBias, layer_bias, x: Tensor, q: Tensor, k: T
         is_causal = bias.causal and tgt_len > 1  # then tgt_len == src_len
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=is_causal)
     return out, kept
+
+
+@contextlib.contextmanager
+def recording_weights(decoder) -> Iterator[List[List[Tensor]]]:
+    """Inside, the decoder's attention runs on the dense path and each layer appends its attention weights
+    (batch, heads, T, S: what each query gives each key, after the options that weigh; a row sums to under 1
+    where mass goes to a sink logit) to its list, one per forward."""
+    layers = [layer.self_attn for layer in decoder.layers]
+    recorded, dense = [[] for _ in layers], decoder.dense_attention
+    decoder.dense_attention = True  # attention_bias builds the dense mask, whatever the kernel
+    for attention, weights in zip(layers, recorded):
+        attention.recorded_weights = weights
+    try:
+        yield recorded
+    finally:
+        decoder.dense_attention = dense
+        for attention in layers:
+            attention.recorded_weights = None
 
 
 def scaled_mask(mask: Tensor, query_scale: Tensor) -> Tensor:

@@ -26,7 +26,7 @@ from fairseq_alibi.tools import dictionaries
 from fairseq_alibi.models.attention import RelativeDecoderLayer, SquareMaskCache, attention_bias, is_right_padding, wrap_layer
 from fairseq_alibi.checks import UNBOUNDED_POSITIONS, ConfigError, check_heads
 from fairseq_alibi.documents import find_documents
-from fairseq_alibi.attention_options import OPTIONS, build_options
+from fairseq_alibi.attention_options import OPTIONS, build_options, logit_readers
 from fairseq_alibi.length_temperature import TemperatureConfig
 from fairseq_alibi.models.factory import attention_options, causal_positions, document_separator, length_temperature
 from fairseq_alibi.models.masked_output import MASKED_OUTPUT_FIELD, mask_output
@@ -88,7 +88,7 @@ class PositionDecoder(TransformerDecoder):
             layer.self_attn.options = build_options(list(options), heads, args.decoder_embed_dim // heads,
                                                     args.decoder_embed_dim)
         # An option that reads every logit (factory.attention_options) takes the dense path.
-        self.dense_attention = any(config.reads_logits for config in options)
+        self.dense_attention = bool(logit_readers(options))
         self.mask_cache = SquareMaskCache()
 
     @property

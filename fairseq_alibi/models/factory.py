@@ -11,7 +11,7 @@ import dataclasses
 from typing import List, Optional, Tuple
 
 from fairseq_alibi.attention_options import OptionConfig, configs_from_args
-from fairseq_alibi.attention_options.option import check_options
+from fairseq_alibi.attention_options.option import check_options, logit_readers
 from fairseq_alibi.checks import ConfigError, config_check
 from fairseq_alibi.bidirectional import EncoderAlibi, build_variant
 from fairseq_alibi.kernels import AUTO_RULES, KERNEL_NAMES, KERNELS, takes_bias
@@ -84,7 +84,7 @@ def attention_options(args, kernel: str) -> List[OptionConfig]:
     why_not = check_options(configs, documents)
     if why_not:
         raise ConfigError(why_not)
-    reading = [config.flag for config in configs if config.reads_logits]
+    reading = logit_readers(configs)
     if reading and kernel not in (*AUTO_RULES, "sdpa"):
         raise ConfigError(f"{chosen_kernel(args)[1]} {kernel}: {', '.join(reading)} reads every logit, which the dense "
                           "path (sdpa) computes; use auto or sdpa")

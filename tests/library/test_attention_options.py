@@ -11,6 +11,7 @@ import torch
 from conftest import TINY, build_model, random_tokens
 from reference import assert_reordered_cache_is_the_full_forward, assert_same_logits, naive_model
 from test_position_methods import perturb
+from fairseq_alibi.attention_options import OPTIONS, logit_readers
 from fairseq_alibi.checks import ConfigError
 
 FLAGS = {
@@ -157,3 +158,42 @@ def test_an_option_given_fairseqs_choice_enum_prints_as_fairseq_train_logs_it():
 def test_a_model_without_options_has_none():
     plain, _ = build_model(extra=TINY)
     assert all(layer.self_attn.options is None for layer in plain.decoder.layers)
+
+
+def test_which_options_read_the_logits_is_one_answer_for_names_configs_and_a_layers_modules():
+    """logit_readers is what every path asks (the kernel check, the decoder, the layer, the export)."""
+    m, _ = model("alibi", ("sink", "selective", "gate"))
+    layer_options = m.decoder.layers[0].self_attn.options
+    configs = [OPTIONS[name]() for name in layer_options]
+    assert logit_readers(layer_options) == logit_readers(list(layer_options)) == logit_readers(configs)
+    assert sorted(logit_readers(configs)) == ["--selective-attention", "--sink-logit"]
+    assert logit_readers(None) == [] and m.decoder.dense_attention
+    gate_only, _ = model("alibi", ("gate",))
+    assert logit_readers(gate_only.decoder.layers[0].self_attn.options) == [] and not gate_only.decoder.dense_attention
+
+
+@pytest.mark.parametrize("method,options,kernel", [
+    ("alibi", (), "separable"), ("alibi", (), "blocked"), ("rotary", ("gate",), "auto"), ("alibi", ("sink",), "auto"),
+    ("nope", ("stick-breaking",), "auto"), ("fox", (), "separable"), ("alibi", ("selective",), "auto"),
+])
+def test_recorded_weights_are_the_equation_written_out(method, options, kernel):
+    """recording_weights (the sink-mass measurement's): each layer's weights as the naive attention gives them,
+    on whatever kernel the model was built with (the dense path while recording); the logits unchanged."""
+    from fairseq_alibi.models.attention import recording_weights
+
+    m, d = model(method, options, "--attention-kernel", kernel)
+    tokens = random_tokens(len(d), 2, 12)
+    expected = []
+    naive_model(m, tokens, weights=expected)
+    with torch.no_grad():
+        plain = m(tokens)[0]
+        with recording_weights(m.decoder) as recorded:
+            logits = m(tokens)[0]
+    torch.testing.assert_close(logits, plain, rtol=1e-4, atol=1e-5)
+    layers = len(m.decoder.layers)
+    assert [len(weights) for weights in recorded] == [1] * layers
+    for layer, (weights,) in enumerate(recorded):
+        naive = torch.stack([expected[row * layers + layer] for row in range(len(tokens))])
+        torch.testing.assert_close(weights, naive, rtol=1e-4, atol=1e-6)
+    assert all(layer.self_attn.recorded_weights is None for layer in m.decoder.layers)
+    assert m.decoder.dense_attention == bool(logit_readers(m.decoder.layers[0].self_attn.options))
