@@ -9,11 +9,12 @@ import os
 # What a scorer writes into a result row itself (what it measured, of what, where): fields a caller
 # adds (row_fields) may not replace them.
 MEASURED_FIELDS = frozenset((
-    "accuracy", "attention_kernel", "cache", "changed", "checkpoint", "checkpoint_sha256", "chunk", "commit", "correct", "data_sha256",
-    "depth", "eval_flags", "first_accuracy", "first_correct", "keys_held", "l_valid", "label", "length", "loss",
+    "accuracy", "attention_kernel", "blocks", "cache", "changed", "checkpoint", "checkpoint_sha256", "chunk", "commit",
+    "correct", "data_sha256", "depth", "eval_flags", "first_accuracy", "first_correct", "first_token", "head",
+    "keys_held", "l_valid", "label", "layer", "length", "loss",
     "loss_base2", "machine", "mask_prob", "mask_seed", "masked_tokens", "max_distance", "min_distance", "mixture_sha256",
-    "model", "model_overrides", "n", "perplexity", "perplexity_blocks", "perplexity_by_position", "perplexity_stride_1",
-    "perplexity_stride_half", "prompts_sha256", "scaling", "scaling_factor", "scoring", "seconds", "seed", "sinks",
+    "model", "model_overrides", "n", "nothing", "perplexity", "perplexity_blocks", "perplexity_by_position", "perplexity_stride_1",
+    "perplexity_stride_half", "prompts_sha256", "queries", "scaling", "scaling_factor", "scoring", "seconds", "seed", "sinks",
     "split", "stride", "stride_rule", "task", "threads", "tokens", "tokens_per_s", "train_length",
     "updates", "wall_s", "window"))
 
@@ -25,6 +26,17 @@ def measured_problem(fields, name="--fields"):
         return (f"error: {name} may add fields to the rows, not replace what they measure: drop "
                 f"{', '.join(replaced)}")
     return None
+
+
+def add_scorer_arguments(parser):
+    """What a lab scorer the runner starts takes (stream_eval, attention_sinks.measure): the checkpoint, its
+    data, the JSON-lines file its rows are appended to, the split, the rows' label and the runner's fields."""
+    parser.add_argument("checkpoint")
+    parser.add_argument("data", help="the binarized data directory (its dict.txt is the checkpoint's)")
+    parser.add_argument("out", help="a JSON-lines file the rows are appended to")
+    parser.add_argument("--split", default="valid")
+    parser.add_argument("--label", default="", help="the rows' name in tables (default: the model)")
+    parser.add_argument("--fields", default="{}", help="a JSON object of fields added to each row (the runner's)")
 
 
 def row_fields(text, name="--fields"):

@@ -21,6 +21,8 @@ import os
 import sys
 import time
 
+from fairseq_alibi_lab.result_rows import add_scorer_arguments, append_lines, require_appendable, row_fields
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -63,23 +65,17 @@ def refuse_below_one(parser, args, names):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint")
-    p.add_argument("data", help="the binarized data directory (its dict.txt is the checkpoint's)")
-    p.add_argument("out", help="a JSON-lines file the rows are appended to")
+    add_scorer_arguments(p)
     p.add_argument("--cache", type=int, required=True, help="key slots: sinks + window (e.g. the training length)")
     p.add_argument("--sinks", type=int, nargs="+", default=[0, 1, 4], help="sink tokens, one row each")
     p.add_argument("--chunk", type=int, help="tokens fed at once (default: the window); memory grows with it")
-    p.add_argument("--split", default="valid")
     p.add_argument("--limit", type=int, help="score only the stream's first LIMIT tokens")
-    p.add_argument("--label", default="", help="the row's name in tables (default: the method)")
-    p.add_argument("--fields", default="{}", help="a JSON object of fields added to each row (the runner's)")
     args = p.parse_args(argv)
     refuse_below_one(p, args, ("cache", "chunk", "limit"))
     for sinks in args.sinks:
         if not 0 <= sinks < args.cache:
             p.error(f"--sinks {sinks}: each must be at least 0 and below --cache {args.cache} (the window needs a slot)")
     from fairseq_alibi.tools.files import data_fingerprint, fingerprint
-    from fairseq_alibi_lab.result_rows import append_lines, require_appendable, row_fields
 
     require_appendable(args.out)
 

@@ -17,6 +17,8 @@ import json
 import sys
 import time
 
+from fairseq_alibi_lab.result_rows import add_scorer_arguments, append_lines, require_appendable, row_fields
+
 BATCH = 64  # blocks at once (64 x heads x L x L fp32 weights a layer: 8 MiB at L = 64, 8 heads)
 
 
@@ -44,21 +46,14 @@ def masses(model, blocks, batch=BATCH):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint")
-    p.add_argument("data", help="the binarized data directory (its dict.txt is the checkpoint's)")
-    p.add_argument("out", help="a JSON-lines file the rows are appended to")
+    add_scorer_arguments(p)
     p.add_argument("--length", type=int, help="tokens a block (default: the checkpoint's training length)")
-    p.add_argument("--split", default="valid")
     p.add_argument("--blocks", type=int, help="measure the first BLOCKS blocks only (default: the whole split)")
-    p.add_argument("--label", default="", help="the rows' name in tables (default: the model)")
-    p.add_argument("--fields", default="{}", help="a JSON object of fields added to each row (the runner's)")
     args = p.parse_args(argv)
     for name, least in (("length", 2), ("blocks", 1)):
         value = getattr(args, name)
         if value is not None and value < least:
             p.error(f"--{name} must be at least {least}, got {value}")
-    from fairseq_alibi_lab.result_rows import append_lines, require_appendable, row_fields
-
     require_appendable(args.out)
     fields = row_fields(args.fields)
 
