@@ -55,6 +55,7 @@ def test_the_table_is_the_seeds_mean_and_std_and_each_heads_mean(tmp_path):
     text = stages.report(runs, str(tmp_path))
     assert text == (tmp_path / "sink-mass.md").read_text()
     lines = text.splitlines()
+    assert "evenly over the keys it sees gives the first token 0.159 on average" in text  # 1/5 .. 1/8
     # ALiBi: means of heads 0.3 and 0.4 (0.35 ± 0.071), largest 0.5 and 0.7, sink heads 1 and 1
     assert "| ALiBi | 2 | 0.350 ± 0.071 (n=2) | 0.600 ± 0.141 (n=2) | 1.0 ± 0.0 (n=2) | 0.000 ± 0.000 (n=2) |" in lines
     assert "| Sink | 2 | 0.030 (n=1) | 0.050 (n=1) | 0.0 (n=1) | 0.500 (n=1) |" in lines

@@ -32,7 +32,8 @@ def sink_mass(context, job):
 def report(rows, out):
     """OUT/sink-mass.md from the declared runs' checkpoints' rows: per model, mean ± std over seeds (n) of the
     first-token mass (over every head, and its largest head), Gu et al.'s sink heads (first-token mass > SINK)
-    and the mass on nothing; then each layer's heads' first-token mass, mean over seeds."""
+    and the mass on nothing, beside what evenly spread attention gives the first token; then each layer's heads'
+    first-token mass, mean over seeds."""
     from fairseq_alibi.tools.files import written_whole
     from fairseq_alibi_lab.result_rows import read_rows
     from fairseq_alibi_lab.results import mean_std
@@ -62,8 +63,12 @@ def report(rows, out):
             shown(label, lambda hs: sum(h["first_token"] > SINK for h in hs), 1),
             shown(label, lambda hs: sum(h["nothing"] for h in hs) / len(hs))]) + " |")
     sample = measured[0]
+    first_query, last_query = map(int, sample["queries"].split(".."))
+    even = sum(1 / (i + 1) for i in range(first_query, last_query + 1)) / (last_query - first_query + 1)
     text = (f"# Attention sinks: where attention goes at the start of a text ({sample['split']} split, blocks of "
-            f"{sample['length']}, queries {sample['queries']} of each), mean ± std over seeds\n\n" + "\n".join(lines) + "\n")
+            f"{sample['length']}, queries {sample['queries']} of each), mean ± std over seeds\n\n"
+            f"A query spreading its attention evenly over the keys it sees gives the first token {even:.3f} on average "
+            "over these queries.\n\n" + "\n".join(lines) + "\n")
     head_numbers = sorted({h for by_checkpoint in runs.values() for run in by_checkpoint.values() for _, h in run})
     detail = ["| model | layer | " + " | ".join(f"head {h}" for h in head_numbers) + " |",
               "|---" * (len(head_numbers) + 2) + "|"]
