@@ -60,6 +60,7 @@ def test_the_table_is_the_seeds_mean_and_std_and_each_heads_mean(tmp_path):
     assert "| ALiBi | 2 | 0.350 ± 0.071 (n=2) | 0.600 ± 0.141 (n=2) | 1.0 ± 0.0 (n=2) | 0.000 ± 0.000 (n=2) |" in lines
     assert "| Sink | 2 | 0.030 (n=1) | 0.050 (n=1) | 0.0 (n=1) | 0.500 (n=1) |" in lines
     assert "| ALiBi | 0 | 0.600 | 0.100 |" in lines and "| Sink | 0 | 0.050 | 0.010 |" in lines
+    assert "| Sink | 0 | 0.400 | 0.600 |" in lines and "| ALiBi | 0 | 0.000 |" not in lines  # nothing, per head
     assert "Other" not in text
     assert stages.report([{"checkpoint": "none"}], str(tmp_path)) is None
 

@@ -6,6 +6,7 @@ import sys
 
 ROWS = "sink_mass.jsonl"  # under the runner's OUT: what sink_mass appends to (the runner merges parallel parts' by it)
 SINK = 0.3  # Gu et al. 2025's threshold: a head whose mean first-token mass exceeds it is a sink head
+NOTHING = 1e-3  # a model with a head giving more than this to nothing gets a per-head table of it
 
 
 def sink_mass(context, job):
@@ -33,7 +34,7 @@ def report(rows, out):
     """OUT/sink-mass.md from the declared runs' checkpoints' rows: per model, mean ± std over seeds (n) of the
     first-token mass (over every head, and its largest head), Gu et al.'s sink heads (first-token mass > SINK)
     and the mass on nothing, beside what evenly spread attention gives the first token; then each layer's heads'
-    first-token mass, mean over seeds."""
+    first-token mass, mean over seeds, and their mass on nothing for the models that give any."""
     from fairseq_alibi.tools.files import written_whole
     from fairseq_alibi_lab.result_rows import read_rows
     from fairseq_alibi_lab.results import mean_std
@@ -70,14 +71,23 @@ def report(rows, out):
             f"A query spreading its attention evenly over the keys it sees gives the first token {even:.3f} on average "
             "over these queries.\n\n" + "\n".join(lines) + "\n")
     head_numbers = sorted({h for by_checkpoint in runs.values() for run in by_checkpoint.values() for _, h in run})
-    detail = ["| model | layer | " + " | ".join(f"head {h}" for h in head_numbers) + " |",
-              "|---" * (len(head_numbers) + 2) + "|"]
-    for label, by_checkpoint in runs.items():
-        for layer in sorted({layer for run in by_checkpoint.values() for layer, _ in run}):
-            values = [[run[layer, h]["first_token"] for run in by_checkpoint.values() if (layer, h) in run]
-                      for h in head_numbers]
-            detail.append(f"| {label} | {layer} | " + " | ".join(f"{sum(v) / len(v):.3f}" if v else "-" for v in values) + " |")
-    text += "\n## First-token mass per layer and head, mean over seeds\n\n" + "\n".join(detail) + "\n"
+
+    def per_head(field, labels):
+        detail = ["| model | layer | " + " | ".join(f"head {h}" for h in head_numbers) + " |",
+                  "|---" * (len(head_numbers) + 2) + "|"]
+        for label in labels:
+            by_checkpoint = runs[label]
+            for layer in sorted({layer for run in by_checkpoint.values() for layer, _ in run}):
+                values = [[run[layer, h][field] for run in by_checkpoint.values() if (layer, h) in run] for h in head_numbers]
+                detail.append(f"| {label} | {layer} | " + " | ".join(f"{sum(v) / len(v):.3f}" if v else "-" for v in values) + " |")
+        return "\n".join(detail) + "\n"
+
+    text += "\n## First-token mass per layer and head, mean over seeds\n\n" + per_head("first_token", runs)
+    # where a model gives mass to nothing (a sink logit): that per head too
+    giving = [label for label, by_checkpoint in runs.items()
+              if any(row["nothing"] > NOTHING for run in by_checkpoint.values() for row in run.values())]
+    if giving:
+        text += "\n## Mass on nothing per layer and head, mean over seeds\n\n" + per_head("nothing", giving)
     with written_whole(os.path.join(out, "sink-mass.md")) as partial, open(partial, "w") as f:
         f.write(text)
     return text
