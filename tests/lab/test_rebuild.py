@@ -29,6 +29,7 @@ def claims(experiment):
 # Results folder -> the commands its READMEs give for its tables and figures ({out}: the folder).
 REBUILDS = {
     RESULTS: [runner("main")],
+    f"{RESULTS}/attention-sinks": [runner("attention-sinks")],
     f"{RESULTS}/comparison": [runner("comparison"), CLAIMS],
     f"{RESULTS}/conversion": [runner("conversion"), claims("conversion")],
     f"{RESULTS}/documents": [runner("documents"), claims("documents")],
@@ -49,7 +50,7 @@ REBUILDS = {
     os.path.join("examples", "synthetic", "budget"): [["examples/synthetic/table.py", "{out}/results.jsonl", "--out", "{out}"]],
 }
 # What the commands read (kept in the copy) rather than write (removed from it first).
-INPUTS = {"README.md", "PROVENANCE.md", "results.jsonl", "retired.jsonl", "recovery.jsonl", "retrieval.jsonl", "floors.jsonl", "streaming.jsonl", "by_position.jsonl", "slopes.jsonl", "fairseq.jsonl", "scoring.json",
+INPUTS = {"README.md", "PROVENANCE.md", "results.jsonl", "retired.jsonl", "recovery.jsonl", "retrieval.jsonl", "floors.jsonl", "streaming.jsonl", "sink_mass.jsonl", "by_position.jsonl", "slopes.jsonl", "fairseq.jsonl", "scoring.json",
           "training-resources.csv", "intermediate.jsonl", "excluded.jsonl"}
 # Written from checkpoints, which are not committed: greedy continuations.
 NOT_FROM_COMMITTED_FILES = {f"{RESULTS}/conversion/generation.md"}

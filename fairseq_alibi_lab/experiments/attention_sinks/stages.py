@@ -70,22 +70,25 @@ def report(rows, out):
             f"{sample['length']}, queries {sample['queries']} of each), mean ± std over seeds\n\n"
             f"A query spreading its attention evenly over the keys it sees gives the first token {even:.3f} on average "
             "over these queries.\n\n" + "\n".join(lines) + "\n")
-    head_numbers = sorted({h for by_checkpoint in runs.values() for run in by_checkpoint.values() for _, h in run})
+    head_numbers = sorted({h for by_checkpoint in runs.values() for heads_of in by_checkpoint.values()
+                           for _, h in heads_of})
 
     def per_head(field, labels):
         detail = ["| model | layer | " + " | ".join(f"head {h}" for h in head_numbers) + " |",
                   "|---" * (len(head_numbers) + 2) + "|"]
         for label in labels:
             by_checkpoint = runs[label]
-            for layer in sorted({layer for run in by_checkpoint.values() for layer, _ in run}):
-                values = [[run[layer, h][field] for run in by_checkpoint.values() if (layer, h) in run] for h in head_numbers]
-                detail.append(f"| {label} | {layer} | " + " | ".join(f"{sum(v) / len(v):.3f}" if v else "-" for v in values) + " |")
+            for layer in sorted({layer for heads_of in by_checkpoint.values() for layer, _ in heads_of}):
+                values = [[heads_of[layer, h][field] for heads_of in by_checkpoint.values() if (layer, h) in heads_of]
+                          for h in head_numbers]
+                means = (f"{sum(v) / len(v):.3f}" if v else "-" for v in values)
+                detail.append(f"| {label} | {layer} | " + " | ".join(means) + " |")
         return "\n".join(detail) + "\n"
 
     text += "\n## First-token mass per layer and head, mean over seeds\n\n" + per_head("first_token", runs)
     # where a model gives mass to nothing (a sink logit): that per head too
     giving = [label for label, by_checkpoint in runs.items()
-              if any(row["nothing"] > NOTHING for run in by_checkpoint.values() for row in run.values())]
+              if any(row["nothing"] > NOTHING for heads_of in by_checkpoint.values() for row in heads_of.values())]
     if giving:
         text += "\n## Mass on nothing per layer and head, mean over seeds\n\n" + per_head("nothing", giving)
     with written_whole(os.path.join(out, "sink-mass.md")) as partial, open(partial, "w") as f:
