@@ -121,16 +121,16 @@ BLOCK_PAIRS = 2**21
 
 def dense_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout_p: float,
                     options: nn.ModuleDict, states: Dict[str, Tensor],
-                    weights: Optional[List[Tensor]] = None) -> Tuple[Tensor, Dict[str, Tensor]]:
+                    recorded: Optional[List[Tensor]] = None) -> Tuple[Tensor, Dict[str, Tensor]]:
     """Attention written out (fp32 logits, the options between logits and output): q, k, v (batch, heads, T
     or S, d), the T queries the last T of the S keys, mask (1 or batch, 1 or heads, T, S) additive (None:
     every key), dropout on the weights. Returns the output (q's dtype) and what each option keeps (by name)
-    for the next call. weights: a list the attention weights (batch, heads, T, S) are appended to, whole (a
+    for the next call. recorded: a list the attention weights (batch, heads, T, S) are appended to, whole (a
     measurement: what each query gives each key)."""
     query_len, key_len = q.size(2), k.size(2)
     rows = max(1, BLOCK_PAIRS // key_len)
-    if torch.is_grad_enabled() or query_len <= rows or weights is not None:
-        return attention_rows(q, k, v, mask, dropout_p, options, states, weights)
+    if torch.is_grad_enabled() or query_len <= rows or recorded is not None:
+        return attention_rows(q, k, v, mask, dropout_p, options, states, recorded)
     outs, kept = [], dict(states)
     for start in range(0, query_len, rows):
         end = min(query_len, start + rows)

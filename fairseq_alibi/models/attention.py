@@ -207,14 +207,14 @@ STATES = ("layer_bias", *OPTIONS)
 
 def biased_attention(bias: AttentionBias, layer_bias, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
                      padding: Optional[Tensor], states: Optional[Dict[str, Tensor]], dropout: float,
-                     query_scale: Optional[Tensor] = None, options=None, weights: Optional[list] = None):
+                     query_scale: Optional[Tensor] = None, options=None, recorded: Optional[list] = None):
     """Attention (batch, heads, T, d) with the bias: the chosen kernel's, the dense mask's, or PyTorch's
     causal attention; a layer_bias (a bias from the data: x, (T, batch, C), is the layer's input) as the
     kernel's per-key terms or added to the mask; query_scale (1 or batch, 1 or heads, T, 1): each query's
     bias times its factor (a length temperature's logit form; the kernel was chosen to take it); options:
     the layer's attention options (a ModuleDict or None), those that read the logits on the dense mask;
     states: what the previous call kept (incremental decoding), by name (STATES). Returns the output and
-    what to keep now, by name. weights: a list the attention weights (batch, heads, T, S) are appended to (the
+    what to keep now, by name. recorded: a list the attention weights (batch, heads, T, S) are appended to (the
     dense path; attention_bias built the dense mask: recording_weights)."""
     mask, key_terms, kept, states = bias.mask, None, {}, states or {}
     state = states.get("layer_bias")
@@ -231,8 +231,8 @@ def biased_attention(bias: AttentionBias, layer_bias, x: Tensor, q: Tensor, k: T
         mask = (extra.add_(mask) if not extra.requires_grad else mask.float() + extra).to(q.dtype)
     if query_scale is not None and mask is not None:  # the dense mask: its bias times each query's factor
         mask = scaled_mask(mask, query_scale)
-    if logit_readers(options) or weights is not None:  # on the dense mask (None: one query seeing every key)
-        out, option_kept = dense_attention(q, k, v, mask, dropout, options or {}, states, weights)
+    if logit_readers(options) or recorded is not None:  # on the dense mask (None: one query seeing every key)
+        out, option_kept = dense_attention(q, k, v, mask, dropout, options or {}, states, recorded)
         kept.update(option_kept)
     elif key_terms is not None:
         out = bias.kernel.attend(q, k, v, dropout, key_terms=key_terms, **scaled)
