@@ -7,7 +7,7 @@ def build_model(arch, vocab_size, flags=(), task="language_modeling", hydra=Fals
     parsed as for `task` (language_modeling, masked_lm, translation: one dictionary for both sides).
     hydra: through fairseq-train's own conversion of the arguments to its config (about 0.5 s a model on a
     CPU core); else the parsed arguments themselves, which fairseq's build_model also takes (12x faster:
-    the tests build hundreds of models), the same model (tests/library/test_checkpoints_and_distributed.py)."""
+    the tests build hundreds of models), the same model (tests/library/test_build.py)."""
     from fairseq import models, options
     from fairseq.data import Dictionary
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
