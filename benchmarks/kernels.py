@@ -14,7 +14,8 @@ the model does once per forward (attention.attention_bias), then attends as a la
 (attention.biased_attention: the kernel, the dense mask, FoX's gates from the layer's input);
 "auto" is what a model gets with no flag, "ran as" the kernel that ran (a kernel that cannot run
 an input leaves it to sdpa). Paired: for one (length, mode), every (method, kernel) and the floor
-(twice: the second copy's ratio is the noise alone) are warmed up (twice: flex compiles then),
+(twice: the second copy's ratio is the noise alone; once more with heads one column wider, what the
+separable kernel's term column costs by itself) are warmed up (twice: flex compiles then),
 then timed in rounds, one call each per round in a rotating order, so that the machine's drift
 hits all alike; speed is the median over rounds of the floor's time over the configuration's,
 ± half their interquartile range; peak memory (GPU) as a ratio to the floor's. Each row is appended to --rows the
@@ -142,10 +143,22 @@ def main():
                     if grad:
                         out.sum().backward()
 
+            wider = [torch.randn(*shape[:3], args.head_dim + 1, device=device, dtype=dtype, requires_grad=grad)
+                     for _ in range(3)]
+
+            def floor_one_column_wider():  # what a term column costs by itself (separable's extra column)
+                with torch.set_grad_enabled(grad):
+                    out = torch.nn.functional.scaled_dot_product_attention(*wider, is_causal=True)
+                    if grad:
+                        out.sum().backward()
+
             steps["floor"] = floor
             described["floor"] = dict(method="(floor: no bias)", kernel="sdpa, is_causal", ran="sdpa")
             steps["floor again"] = floor  # its ratio to the floor is the rounds' noise alone
             described["floor again"] = dict(method="(the floor again: noise)", kernel="sdpa, is_causal", ran="sdpa")
+            steps["floor wider"] = floor_one_column_wider
+            described["floor wider"] = dict(method=f"(no bias, heads of {args.head_dim + 1})", kernel="sdpa, is_causal",
+                                            ran="sdpa")
             for method in args.methods:
                 positions = build_method(method, METHODS[method].Config(), args.heads, args.head_dim,
                                          args.heads * args.head_dim).to(device)
@@ -193,7 +206,9 @@ def main():
                f"{args.repeats} rounds (one call of each configuration per round, the order rotated) after 2 warm-ups; "
                "speed: the median over rounds of the floor's time / the configuration's in that round, ± half the "
                "interquartile range of those ratios; '(the floor again)' is the floor timed as a configuration: "
-               "its distance from 1 is the noise alone; kernel 'auto' is what a model gets with no flag (ran as)")
+               "its distance from 1 is the noise alone; '(no bias, heads of d + 1)' is the floor one column wider, "
+               "what the separable kernel's term column costs by itself; kernel 'auto' is what a model gets with no "
+               "flag (ran as)")
     emit("\n".join([header(details, args.device), "", *lines, ""]), args.out, rows)
 
 
