@@ -20,6 +20,8 @@ import shlex
 import sys
 import time
 
+from fairseq_alibi_lab.result_rows import add_row_arguments
+
 
 def loss_by_position(model, inputs, targets, length, batch=16, offsets=None):
     """(mean natural-log loss at each position 0..length-1, the tokens averaged at each): model
@@ -60,8 +62,7 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=16, help="blocks per forward; memory grows with it")
     p.add_argument("--offsets", type=int, help="blocks start at this many offsets (default: all L of them)")
     p.add_argument("--out", help="a JSON-lines file the row is appended to")
-    p.add_argument("--label", default="", help="the row's name (default: the model's architecture)")
-    p.add_argument("--fields", default="{}", help="a JSON object of fields added to the row (e.g. its experiment)")
+    add_row_arguments(p)
     args = p.parse_args(argv)
 
     from fairseq_alibi_lab.stream_eval import refuse_below_one, stream_tokens

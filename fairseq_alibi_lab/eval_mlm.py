@@ -18,8 +18,9 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
+
+from fairseq_alibi_lab import result_rows
 
 
 def fail(message):
@@ -36,20 +37,14 @@ def evaluation_mask(stream, mask_prob, seed):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint")
-    p.add_argument("data", help="binarized data directory (fairseq-preprocess --only-source)")
-    p.add_argument("out", help="JSON-lines file, appended to")
+    result_rows.add_scorer_arguments(p)
     p.add_argument("--lengths", required=True, help='L_valid values, e.g. "64 128 256"')
-    p.add_argument("--split", default="valid")
     p.add_argument("--mask-prob", type=float, default=0.15)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--label", default=None, help="the row's name in the table (default: the model's)")
     p.add_argument("--max-tokens", type=int, default=16384, help="tokens per batch")
-    p.add_argument("--fields", default="{}", help="a JSON object of fields added to each row")
     args = p.parse_args()
     from fairseq_alibi.tools import files
     from fairseq_alibi.tools import provenance
-    from fairseq_alibi_lab import result_rows
     from fairseq_alibi.tools.checkpoints import checkpoint_summary as summary
     fields = result_rows.row_fields(args.fields)
 

@@ -15,7 +15,8 @@ import argparse
 import glob
 import json
 import os
-import sys
+
+from fairseq_alibi_lab.result_rows import add_row_arguments
 
 
 def main():
@@ -24,14 +25,12 @@ def main():
     p.add_argument("data")
     p.add_argument("buckets")
     p.add_argument("out")
-    p.add_argument("--label", required=True)
+    add_row_arguments(p, label_required=True)
     p.add_argument("--max-tokens", type=int, default=8000)
-    p.add_argument("--fields", default="{}", help="a JSON object of fields added to every row (the runner's)")
     args = p.parse_args()
     for path in (args.checkpoint, args.buckets):
         if not os.path.isfile(path):
             raise SystemExit(f"error: no file {path}")
-    from fairseq_alibi.tools import provenance
     from fairseq_alibi_lab.result_rows import append_lines, read_rows, require_appendable, row_fields
 
     require_appendable(args.out)

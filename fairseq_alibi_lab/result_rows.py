@@ -29,13 +29,21 @@ def measured_problem(fields, name="--fields"):
 
 
 def add_scorer_arguments(parser):
-    """What a lab scorer the runner starts takes (stream_eval, attention_sinks.measure): the checkpoint, its
-    data, the JSON-lines file its rows are appended to, the split, the rows' label and the runner's fields."""
+    """What a lab scorer the runner starts takes (stream_eval, attention_sinks.measure, eval_mlm): the checkpoint,
+    its data, the JSON-lines file its rows are appended to, the split, the rows' label and the runner's fields."""
     parser.add_argument("checkpoint")
     parser.add_argument("data", help="the binarized data directory (its dict.txt is the checkpoint's)")
     parser.add_argument("out", help="a JSON-lines file the rows are appended to")
     parser.add_argument("--split", default="valid")
-    parser.add_argument("--label", default="", help="the rows' name in tables (default: the model)")
+    add_row_arguments(parser)
+
+
+def add_row_arguments(parser, label_required=False):
+    """The rows' label and the runner's fields (row_fields reads them), as every lab scorer takes them."""
+    if label_required:
+        parser.add_argument("--label", required=True, help="the rows' name in tables")
+    else:
+        parser.add_argument("--label", default="", help="the rows' name in tables (default: the model)")
     parser.add_argument("--fields", default="{}", help="a JSON object of fields added to each row (the runner's)")
 
 

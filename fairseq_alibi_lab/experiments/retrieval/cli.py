@@ -13,6 +13,7 @@ import os
 import sys
 
 from fairseq_alibi.tools.files import one_line_on_disk_faults
+from fairseq_alibi_lab.result_rows import add_row_arguments
 from fairseq_alibi_lab.experiments.retrieval.data import EXAMPLES, FRACTION, LONG_EXAMPLES, TASK_SEED
 from fairseq_alibi_lab.experiments.retrieval.floors import save_floors
 from fairseq_alibi_lab.experiments.retrieval.prompts import LONG_TESTS, TASKS, make, shortest
@@ -38,11 +39,10 @@ def main(argv=None):
     s.add_argument("data", help="the binarized data (its dict.txt is the checkpoint's)")
     s.add_argument("tests", help="make's test.jsonl")
     s.add_argument("out", help="a JSON-lines file the rows are appended to")
-    s.add_argument("--label", default="")
+    add_row_arguments(s)
     s.add_argument("--scalings", nargs="+", default=["none"],
                    help="none, and ALiBi's or rotary's inference-time scalings (scored past the training length)")
     s.add_argument("--lengths", type=int, nargs="+", help="score only the prompts of these lengths")
-    s.add_argument("--fields", default="{}", help="a JSON object of fields added to each row (the runner's)")
     s.add_argument("--decoder", choices=DECODERS, default="hf",
                    help="greedy decoding by the exported class (hf, the default) or by the fairseq model itself "
                         "(fairseq: any plugin model, a length temperature's too)")
