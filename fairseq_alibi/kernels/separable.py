@@ -153,9 +153,9 @@ def skip_reach(q: Tensor, k: Tensor, slopes: Tensor, scale: float) -> List[float
     ln SKIPPED - ln(1 - e^-m)) / m - 1 keeps it under SKIPPED (inf for a slope of 0). fp32's rounding of
     the norms and dot products (under d x 2^-24 of |q_i| |k_i|) is covered by a margin of 0.1% of
     |q_i| (K + |k_i|)."""
-    q_norms, k_norms = q.norm(dim=-1), k.norm(dim=-1)  # (batch, heads, T)
+    q_norms, k_norms = torch.linalg.vector_norm(q, dim=-1), torch.linalg.vector_norm(k, dim=-1)  # (batch, heads, T)
     largest_key = k_norms.amax(dim=(0, 2))[None, :, None]
-    own = (q * k).sum(-1)
+    own = torch.linalg.vecdot(q, k)
     margin = 1e-3 * q_norms * (largest_key + k_norms)
     spread = (scale * (q_norms * largest_key - own + margin)).amax(dim=(0, 2)).double()
     reach = []
@@ -185,7 +185,7 @@ def skipping_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor) -> Tenso
         index = slice(whole[0], whole[-1] + 1) if whole == list(range(whole[0], whole[-1] + 1)) else whole
         out[:, index] = causal_attention_with_columns(qs[:, index], ks[:, index], vs[:, index], scale)[..., :dim]
     for h in sorted(set(range(heads)) - set(whole)):
-        out[:, h] = by_chunks(qs[:, h], ks[:, h], vs[:, h], scale, float(slopes[h]), chunks[h])[..., :dim]
+        by_chunks(qs[:, h], ks[:, h], vs[:, h], scale, float(slopes[h]), chunks[h], out[:, h])
     return out
 
 
@@ -194,41 +194,42 @@ def causal_attention_with_columns(q: Tensor, k: Tensor, v: Tensor, scale: float)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
 
 
-def by_chunks(q: Tensor, k: Tensor, v: Tensor, scale: float, slope: float, chunk: int) -> Tensor:
+def by_chunks(q: Tensor, k: Tensor, v: Tensor, scale: float, slope: float, chunk: int, out: Tensor):
     """One head's causal attention by chunks of `chunk` queries (q, k, v: (batch, T, width), with the
     terms' column, a key's term its place in its chunk), each chunk reading its own keys and the previous
     chunk's, whose terms are slope x chunk too high (taken off their log-sum-exp); the last, partial chunk
-    alike."""
+    alike. Written into out (batch, T, dim), dim <= width: the output's first dim columns."""
     batch, length, width = q.shape
+    dim = out.size(-1)
     count, full = length // chunk, length // chunk * chunk
 
     def chunked(x, start, end):
-        return x[:, start:end].view(batch, (end - start) // chunk, chunk, width)
+        return x[:, start:end].view(batch, (end - start) // chunk, chunk, x.size(-1))
 
-    out = q.new_empty(batch, length, width)
     with flushed():
         own, own_lse = attention_with_lse(chunked(q, 0, full), chunked(k, 0, full), chunked(v, 0, full), None, scale,
                                           causal=True)
+        into = chunked(out, 0, full)
+        into[:, :1] = own[:, :1, :, :dim]
         if count > 1:
-            own[:, 1:] = merged(own[:, 1:], own_lse[:, 1:], *attention_with_lse(
+            into[:, 1:] = merged(own[:, 1:], own_lse[:, 1:], *attention_with_lse(
                 chunked(q, chunk, full), chunked(k, 0, full - chunk), chunked(v, 0, full - chunk), None, scale),
-                slope * chunk)
-        out[:, :full] = own.view(batch, full, width)
+                slope * chunk)[..., :dim]
         if full < length:
             rest = [x[:, None, full:] for x in (q, k, v)]
             before = [x[:, None, full - chunk:full] for x in (k, v)]
             tail = merged(*attention_with_lse(*rest, None, scale, causal=True),
                           *attention_with_lse(rest[0], *before, None, scale), slope * chunk)
-            out[:, full:] = tail[:, 0]
-    return out
+            out[:, full:] = tail[:, 0, :, :dim]
 
 
 def merged(out: Tensor, lse: Tensor, out_before: Tensor, lse_before: Tensor, lowered: float) -> Tensor:
-    """One softmax's output from two parts' outputs and log-sum-exps, the second's logits `lowered`."""
+    """One softmax's output from two parts' outputs and log-sum-exps, the second's logits `lowered`
+    (written over the parts' outputs, which the callers own)."""
     lse_before = lse_before - lowered
     top = torch.maximum(lse, lse_before)
-    w, w_before = (lse - top).exp()[..., None], (lse_before - top).exp()[..., None]
-    return (out * w + out_before * w_before) / (w + w_before)
+    w, w_before = (lse - top).exp_()[..., None], (lse_before - top).exp_()[..., None]
+    return out.mul_(w).add_(out_before.mul_(w_before)).div_(w + w_before)
 
 
 def padded_dim(dim: int, columns: int, device) -> int:
