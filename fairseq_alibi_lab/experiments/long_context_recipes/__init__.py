@@ -10,7 +10,12 @@ fairseq model itself: the export carries no temperature) at L..128L.
 
 Declared before any training (git history shows it): the arms, the primary family (CLAIMS: six claims,
 Holm-corrected over the family), and the inclusion rule (INCLUSION). Its own code: summary.py (the
-headline table)."""
+headline table).
+
+Streaming (descriptive, no claim; the rule written before any arm had its seeds): once every arm has its 5
+included seeds, the two trained arms with the highest mean passkey first word past the field at 32L are
+streamed through a sink cache (the streaming experiment's record: 0, 1 and 4 sinks, a cache of the arm's
+last training length: L, or 4L for a second stage), each seed, on the validation and test splits."""
 import functools
 
 from fairseq_alibi_lab.claims import Claim
