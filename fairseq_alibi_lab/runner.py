@@ -47,6 +47,14 @@ class Runner:
         self.context = dataclasses.replace(self.context, lengths=tuple(sorted(
             {lv for m in self.models for lv in self.context.model_lengths(m)})))  # the floor's, the tables'
         self.out, self.results = self.context.out, self.context.results
+        self.trained_on = {}  # training length -> the binarized data a model trained at it trains on
+
+    def training_data(self, length):
+        """The binarized data a model trained at `length` trains on (the kind's: a longer stage's set is its
+        own), prepared once."""
+        if length not in self.trained_on:
+            self.trained_on[length] = self.kind.training_data(self.context, length)
+        return self.trained_on[length]
 
     def job(self, model, seed, excluded=()):
         """The job of (model, seed); scored at L only where the inclusion rule excluded its checkpoint."""
@@ -118,7 +126,7 @@ class Runner:
         if not job.trains:  # a prepared checkpoint, scored as it is
             return job.checkpoint
         os.makedirs(job.save_dir, exist_ok=True)
-        data = self.kind.training_data(self.context, job.train_length)
+        data = self.training_data(job.train_length)
         command, log_path = self.kind.train_command(self.context, job, data)
         with open(log_path or os.devnull, "a") as log:  # no log path: the trainer writes its own
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -157,8 +165,9 @@ class Runner:
                     "train_data_sha256": None}
         if data and os.path.isfile(os.path.join(data, f"{self.context.split}.idx")):
             identity["data_sha256"] = files.data_fingerprint(data, self.context.split)
-        if data and not job.borrowed and os.path.isfile(os.path.join(data, "train.idx")):
-            identity["train_data_sha256"] = files.data_fingerprint(data, "train")
+        trained_on = self.training_data(job.train_length) if data and not job.borrowed else None
+        if trained_on and os.path.isfile(os.path.join(trained_on, "train.idx")):  # a longer stage's: its own set
+            identity["train_data_sha256"] = files.data_fingerprint(trained_on, "train")
         return identity
 
     def scored_elsewhere(self, job):

@@ -98,6 +98,34 @@ def test_an_excluded_seed_is_scored_at_l_only_and_the_next_seed_takes_its_place(
     assert "| ALiBi | 2 | 10.0% |" in "\n".join(inclusion.table(args.out))
 
 
+def test_a_second_stages_rows_are_checked_against_the_data_it_trained_on(tmp_path, monkeypatch):
+    """The runner's identity of a job's rows (result_rows.identity_problem): a model trained at 4L on the
+    experiment's own 4L set is this run's when its rows record that set, not the set at L that every model is
+    scored on (the curriculum's rows were refused as 'trained on other data' after its first scoring)."""
+    import dataclasses
+
+    from fairseq_alibi.tools.files import data_fingerprint
+    from fairseq_alibi_lab import runner
+
+    sets = {}
+    for length in (64, 256):
+        sets[length] = tmp_path / f"set-{length}"
+        sets[length].mkdir()
+        for name in ("dict.txt", "train.idx", "train.bin", "valid.idx", "valid.bin"):
+            (sets[length] / name).write_text(f"{name} of the set at {length}")
+    args = argparse.Namespace(train_length=None, seeds=None, updates=None, lengths=None, out=str(tmp_path / "out"),
+                              checkpoints=str(tmp_path / "ck"), models=["alibi", "alibi-l-then-4l"], train_flags=[],
+                              data=None, task_flags=[])
+    the_runner = runner.Runner(NAME, EXPERIMENTS[NAME], args)
+    monkeypatch.setattr(the_runner.kind, "training_data", lambda context, length: str(sets[length]))
+    the_runner.context = dataclasses.replace(the_runner.context, data=str(sets[64]))
+    at_l, curriculum = (jobs.build(the_runner.context, model, 1) for model in the_runner.models)
+    assert (at_l.train_length, curriculum.train_length) == (64, 256)
+    assert the_runner.identity(at_l)["train_data_sha256"] == data_fingerprint(str(sets[64]), "train")
+    assert the_runner.identity(curriculum)["train_data_sha256"] == data_fingerprint(str(sets[256]), "train")
+    assert the_runner.identity(curriculum)["data_sha256"] == data_fingerprint(str(sets[64]), "valid")  # scored at L's
+
+
 @pytest.mark.slow
 def test_the_curriculum_runs_through_the_runner_at_toy_size(wt2_slice, tmp_path):
     """scripts/experiment.py long-context-recipes at toy size (L=40, 8 updates) asked for the curriculum alone:
