@@ -20,7 +20,7 @@ import shlex
 import sys
 import time
 
-from fairseq_alibi_lab.result_rows import add_row_arguments
+from fairseq_alibi_lab.result_rows import add_row_arguments, append_lines, require_appendable, row_fields
 
 
 def loss_by_position(model, inputs, targets, length, batch=16, offsets=None):
@@ -76,7 +76,6 @@ def main(argv=None):
     from fairseq_alibi.tools import provenance
     from fairseq_alibi.models.build import load_checkpoint
     from fairseq_alibi.tools.checkpoints import identity, learned_positions_end, read_state
-    from fairseq_alibi_lab.result_rows import append_lines, require_appendable, row_fields
 
     fields = row_fields(args.fields)
     if args.out:

@@ -16,7 +16,7 @@ import glob
 import json
 import os
 
-from fairseq_alibi_lab.result_rows import add_row_arguments
+from fairseq_alibi_lab.result_rows import add_row_arguments, append_lines, read_rows, require_appendable, row_fields
 
 
 def main():
@@ -31,7 +31,6 @@ def main():
     for path in (args.checkpoint, args.buckets):
         if not os.path.isfile(path):
             raise SystemExit(f"error: no file {path}")
-    from fairseq_alibi_lab.result_rows import append_lines, read_rows, require_appendable, row_fields
 
     require_appendable(args.out)
     fields = row_fields(args.fields)
