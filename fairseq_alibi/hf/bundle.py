@@ -14,7 +14,8 @@ FILE_NAME = os.path.basename(MODELING)
 
 
 def sources():
-    """The files to bundle, dependencies first: the math modules, positions/position_method.py, each
+    """The files to bundle, dependencies first: the math modules, positions/position_method.py, the length
+    temperature, each
     registered method's file, attention_options/option.py and each registered option's file, then the model."""
     from fairseq_alibi.attention_options import OPTIONS
     from fairseq_alibi.positions import METHODS
@@ -26,7 +27,8 @@ def sources():
             methods.append(path)
     math = [os.path.join(PACKAGE, name) for name in ("alibi_bias.py", "rotary_angles.py", "t5_buckets.py")]
     options = sorted({inspect.getsourcefile(config) for config in OPTIONS.values()})
-    return [*math, os.path.join(PACKAGE, "positions", "position_method.py"), *methods,
+    return [*math, os.path.join(PACKAGE, "positions", "position_method.py"), os.path.join(PACKAGE, "length_temperature.py"),
+            *methods,
             os.path.join(PACKAGE, "attention_options", "option.py"), *options, MODELING]
 
 

@@ -94,10 +94,10 @@ def refuse_unsupported(decoder, name):
         raise CannotExport(f"{name} keeps packed documents apart (--document-separator), which the exported model "
                            "does not: not supported yet")
     layer = decoder.layers[0]
-    if getattr(layer.self_attn, "temperature", None) is not None:
-        raise CannotExport(f"{name} has a length temperature (--length-temperature), which the exported model does not "
-                           "carry: not supported yet")
     options = getattr(layer.self_attn, "options", None) or {}
+    if getattr(layer.self_attn, "temperature", None) is not None and (options or getattr(layer.self_attn, "layer_bias", None)):
+        raise CannotExport(f"{name} has a length temperature (--length-temperature) beside an attention option or a "
+                           "layer's own bias (FoX), which the exported model does not combine: not supported yet")
     if "selective" in options:
         raise CannotExport(f"{name} has {OPTIONS['selective'].flag}, whose accumulation per key the exported model's "
                            "cache does not keep: not supported yet")
@@ -118,6 +118,14 @@ def attention_options(layer, model_cfg):
     """{name: its flags' values} of the layer's attention options (attention_options/), as the config keeps them."""
     return {name: {f.name: plain(field(model_cfg, f.name)) for f in dataclasses.fields(OPTIONS[name])}
             for name in (getattr(layer.self_attn, "options", None) or {})}
+
+
+def length_temperature(layer):
+    """The layer's length temperature as the config keeps it ({"kind", "form", "length"}), or None; an ssmax's
+    learned scales are the layers' own parameters (self_attn.temperature.log_scale)."""
+    temperature = getattr(layer.self_attn, "temperature", None)
+    return None if temperature is None else {"kind": temperature.kind, "form": temperature.form,
+                                             "length": temperature.length}
 
 
 def hf_model_of(model, dictionary, provenance):
@@ -157,7 +165,8 @@ def hf_model_of(model, dictionary, provenance):
         # fairseq's language models start every context with </s> (an end of line), and end a line with it.
         bos_token_id=dictionary.eos(), eos_token_id=dictionary.eos(), pad_token_id=dictionary.pad(),
         masked_output_symbols=(masked_output.parse_symbols(field(model_cfg, "masked_output_symbols"), len(dictionary))),
-        attention_options=attention_options(layer, model_cfg), fairseq_alibi=provenance, auto_map=AUTO_MAP)
+        attention_options=attention_options(layer, model_cfg), length_temperature=length_temperature(layer),
+        fairseq_alibi=provenance, auto_map=AUTO_MAP)
     hf = FairseqAlibiForCausalLM(config).eval()
     hf.load_state_dict({k: v.detach().clone().float() for k, v in state.items()}, strict=True)
     return hf

@@ -24,6 +24,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 # bundled: dropped from the exported file
 from fairseq_alibi.attention_options.option import (OPTIONS, apply_outputs, build_options, dense_attention,
                                                     logit_readers)
+from fairseq_alibi.length_temperature import LengthTemperature  # bundled: dropped from the exported file
 from fairseq_alibi.positions import METHODS, build_method  # bundled: dropped from the exported file
 from fairseq_alibi.positions.position_method import causal_mask, fold_padding  # bundled: dropped from the exported file
 from fairseq_alibi.rotary_angles import apply_rotary  # bundled: dropped from the exported file
@@ -39,7 +40,8 @@ class FairseqAlibiConfig(PreTrainedConfig):
                  layernorm_embedding=False, embed_scale=1.0, input_dim=None, output_dim=None,
                  adaptive_input=None, adaptive_softmax=None, positions="alibi", position_options=None,
                  max_positions=None, padding_idx=1, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                 fairseq_alibi=None, use_cache=True, masked_output_symbols=None, attention_options=None, **kwargs):
+                 fairseq_alibi=None, use_cache=True, masked_output_symbols=None, attention_options=None,
+                 length_temperature=None, **kwargs):
         self.vocab_size, self.hidden_size = vocab_size, hidden_size
         self.num_hidden_layers, self.num_attention_heads = num_hidden_layers, num_attention_heads
         self.intermediate_size, self.activation = intermediate_size, activation
@@ -64,6 +66,9 @@ class FairseqAlibiConfig(PreTrainedConfig):
         self.masked_output_symbols = list(masked_output_symbols or [])
         # The attention options (attention_options/) by name, each its flags' values: {"sink_logit": {...}}.
         self.attention_options = dict(attention_options or {})
+        # A length temperature (length_temperature.py): {"kind", "form", "length"}, or None. Each query's n is
+        # the keys it sees: its position + 1 (from the row's first real token; in a sink cache, its slot + 1).
+        self.length_temperature = dict(length_temperature) if length_temperature else None
         self.fairseq_alibi = fairseq_alibi or {}  # where the model came from: method, training length, commit
         kwargs.setdefault("tie_word_embeddings", False)  # the exported weights are copies, not ties
         super().__init__(**kwargs)
@@ -280,13 +285,22 @@ class SelfAttention(nn.Module):
         configs = [OPTIONS[name](**values) for name, values in config.attention_options.items()]
         self.options = build_options(configs, self.heads, self.head_dim, d)  # fairseq's parameter names
         self.reads_logits = bool(logit_readers(configs))
+        temperature = config.length_temperature
+        self.temperature = LengthTemperature(temperature["kind"], temperature["form"], temperature["length"],
+                                             self.heads) if temperature else None
 
-    def forward(self, x, mask, padded, rotary, cache, layer):
+    def forward(self, x, mask, padded, rotary, cache, layer, keys_seen=None):
         """x (B, T, C); mask (B or 1, heads or 1, T, S) additive fp32 with -inf, or None (causal,
-        T == S); padded: the padded keys (B, S) or None; rotary: cos, sin (B, 1, T, head_dim / 2)."""
+        T == S); padded: the padded keys (B, S) or None; rotary: cos, sin (B, 1, T, head_dim / 2);
+        keys_seen (B or 1, T): each query's n, for a length temperature."""
         batch, length, _ = x.shape
         q, k, v = (proj(x).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
+        if self.temperature is not None:  # each query times its factor; the logit form its bias too (fp32, as the mask)
+            factor = self.temperature(keys_seen)
+            q = q * factor.to(q.dtype)
+            if self.temperature.form == "logit" and mask is not None:  # the bias scaled, -inf kept (ssmax's n = 1: 0)
+                mask = torch.where(mask.isinf(), mask, mask * factor)
         if isinstance(cache, SinkCache):  # keys kept unrotated: rotated at their slot in stream_attention
             k, v = cache.update(k, v, layer)
             options = self.options if self.reads_logits else None
@@ -344,11 +358,11 @@ class DecoderLayer(nn.Module):
         self.normalize_before = config.normalize_before
         self.dropout, self.activation_dropout = nn.Dropout(config.dropout), nn.Dropout(config.activation_dropout)
 
-    def forward(self, x, mask, padded, rotary, cache, layer):
+    def forward(self, x, mask, padded, rotary, cache, layer, keys_seen=None):
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x = residual + self.dropout(self.self_attn(x, mask, padded, rotary, cache, layer))
+        x = residual + self.dropout(self.self_attn(x, mask, padded, rotary, cache, layer, keys_seen))
         if not self.normalize_before:
             x = self.self_attn_layer_norm(x)
         residual = x
@@ -433,7 +447,7 @@ class Decoder(nn.Module):
                       shaped(method.rotary(torch.where(sink, keys, keys - base))), sink)
         x = self.embed(tokens, None)
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, None, rotary, cache, i)
+            x = layer(x, mask, None, rotary, cache, i, (slot + 1)[None])
         return self.output(x)
 
     def forward(self, tokens, attention_mask, cache):
@@ -465,7 +479,7 @@ class Decoder(nn.Module):
             if padded is not None:
                 mask = fold_padding(mask, padded)
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, padded, rotary, cache, i)
+            x = layer(x, mask, padded, rotary, cache, i, query_pos + 1)
         return self.output(x)
 
 

@@ -15,16 +15,28 @@ from fairseq_alibi.rotary_angles import apply_rotary  # noqa: E402
 STREAMED = ["alibi", "t5_bias", "kerple", "sandwich", "fire", "learned_alibi", "nope", "rotary"]
 
 
-def tiny(positions, seed=0):
+def tiny(positions, seed=0, length_temperature=None):
     torch.manual_seed(seed)
     config = FairseqAlibiConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                intermediate_size=64, positions=positions, activation="gelu")
+                                intermediate_size=64, positions=positions, activation="gelu",
+                                length_temperature=length_temperature)
     model = FairseqAlibiForCausalLM(config).eval()
-    with torch.no_grad():  # biases and layer norms away from their neutral start, so that every term counts
+    with torch.no_grad():  # biases, layer norms and learned temperatures away from their start: every term counts
         for name, parameter in model.named_parameters():
-            if name.endswith(".bias") or "norm" in name:
-                parameter.add_(0.1 * torch.randn_like(parameter))
+            if name.endswith(".bias") or "norm" in name or "log_scale" in name:
+                parameter.add_(0.1 * torch.randn_like(parameter) + 0.3 * ("log_scale" in name))
     return model
+
+
+def tau(attention, n):
+    """A length temperature's factor for a query that sees n keys, per head (1 without one), written out:
+    logn max(1, ln n / ln L), ssmax exp(a_h) ln n."""
+    temperature = attention.temperature
+    if temperature is None:
+        return torch.ones(attention.heads, 1, 1)
+    if temperature.kind == "logn":
+        return torch.full((attention.heads, 1, 1), max(1.0, math.log(n) / math.log(temperature.length)))
+    return (temperature.log_scale.exp() * math.log(n))[:, None, None]
 
 
 def reference(model, tokens, sinks, window):
@@ -48,10 +60,12 @@ def reference(model, tokens, sinks, window):
             if method.rotary(key_pos) is not None:
                 qi = apply_rotary(qi, *method.rotary(torch.tensor([slot])))
                 ki = apply_rotary(ki, *method.rotary(key_pos))
-            scores = qi @ ki.transpose(-1, -2) / math.sqrt(attention.head_dim)
+            factor = tau(attention, slot + 1)  # n: the keys the query sees, its slot + 1
+            scores = factor * (qi @ ki.transpose(-1, -2)) / math.sqrt(attention.head_dim)
             bias = method.bias(torch.tensor([slot]), key_pos)
             if bias is not None:
-                scores = scores + bias[None]
+                logit = attention.temperature is not None and attention.temperature.form == "logit"
+                scores = scores + (factor * bias[None] if logit else bias[None])
             rows.append(scores.softmax(-1) @ vi)
         out = torch.cat(rows, dim=2).transpose(1, 2).reshape(*x.shape)
         x = x + attention.out_proj(out)
@@ -79,6 +93,21 @@ def test_the_sink_cache_streams_what_the_rule_computes_past_several_evictions(po
         want = reference(model, tokens, 2, 6)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
     assert all(layer.keys.size(-2) == 2 + 6 - 1 for layer in cache.layers) and cache.seen == 29
+
+
+@pytest.mark.parametrize("positions,kind,form", [("alibi", "ssmax", "logit"), ("alibi", "ssmax", "qk"),
+                                                 ("alibi", "logn", "logit"), ("rotary", "logn", "qk"), ("nope", "ssmax", "qk")])
+def test_a_length_temperature_streams_with_each_querys_n_its_slot_plus_one(positions, kind, form):
+    """A length temperature in the sink cache (S=2, W=6, 29 tokens in chunks): each query's n is the keys it
+    sees, its slot + 1, as the reference writes the factor out (L = 4, so that the cache's 7 keys pass it)."""
+    model = tiny(positions, length_temperature={"kind": kind, "form": form, "length": 4})
+    tokens = torch.randint(4, 40, (2, 29), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got, _ = streamed(model, tokens, 2, 6, [1, 3, 9, 1, 1, 5, 7, 2])
+        want = reference(model, tokens, 2, 6)
+        plain, _ = streamed(tiny(positions), tokens, 2, 6, [29])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
+    assert (got - plain).abs().max() > 1e-2  # the temperature counts
 
 
 @pytest.mark.parametrize("positions", ["alibi", "rotary"])

@@ -37,6 +37,10 @@ LAYOUTS = {
     "nope_untied_adaptive_softmax": ("nope_transformer_lm", [*TINY[:-1], "--adaptive-softmax-cutoff", "20,40"]),
     # The attention options the export carries (attention_options/): the gate and the sink logit, stick-breaking.
     "alibi_gate_sink": ("alibi_transformer_lm", [*TINY, "--output-gate", "elementwise", "--sink-logit"]),
+    # A length temperature (length_temperature.py): SSMax's learned one on the whole logit, LogN's on q.k.
+    "alibi_ssmax_logit": ("alibi_transformer_lm", [*TINY, "--length-temperature", "ssmax", "--length-temperature-form",
+                                                   "logit", "--length-temperature-length", "8"]),
+    "rotary_logn": ("rotary_transformer_lm", [*TINY, "--length-temperature", "logn", "--length-temperature-length", "8"]),
     "rotary_headwise_gate": ("rotary_transformer_lm", [*TINY, "--output-gate", "headwise"]),
     "nope_stick_breaking": ("nope_transformer_lm", [*TINY, "--stick-breaking"]),
     # The preset in BLOOM's layout, exported to stock BLOOM (6 heads: BLOOM's slopes for a head
@@ -54,9 +58,9 @@ def fairseq_model(kind, seed=0):
         m, d = build_model(arch, extra=flags)
         if arch != "transformer_lm":
             perturb(m)
-        with torch.no_grad():  # sinks and gates away from their start, as trained ones are
+        with torch.no_grad():  # sinks, gates and learned temperatures away from their start, as trained ones are
             for name, p in m.named_parameters():
-                if ".options." in name:
+                if ".options." in name or "log_scale" in name:
                     p.add_(0.5 * torch.randn_like(p))
         return m, d
     arch = kind.split("_")[0] if kind.startswith("kerple") else kind
@@ -335,6 +339,18 @@ def test_a_model_with_a_sink_logit_streams_through_a_sink_cache_as_its_full_forw
     """The stream path takes the options too: with nothing evicted (a cache longer than the text) the streamed
     log-probabilities are the full forward's, chunk by chunk."""
     _, dictionary, hf, _ = exported("alibi_gate_sink")
+    tokens = random_tokens(len(dictionary), 1, 30, seed=3)
+    with torch.no_grad():
+        cache, streamed, start = hf.sink_cache(2, 40), [], 0
+        for size in (7, 1, 22):
+            streamed.append(hf(tokens[:, start:start + size], cache=cache).logits.log_softmax(-1))
+            start += size
+        torch.testing.assert_close(torch.cat(streamed, dim=1), hf(tokens).logits.log_softmax(-1), rtol=1e-5, atol=2e-5)
+
+
+def test_a_learned_temperature_streams_through_a_sink_cache_as_its_full_forward(exported):
+    """With nothing evicted the stream's n (a query's slot + 1) is the full forward's (its position + 1)."""
+    _, dictionary, hf, _ = exported("alibi_ssmax_logit")
     tokens = random_tokens(len(dictionary), 1, 30, seed=3)
     with torch.no_grad():
         cache, streamed, start = hf.sink_cache(2, 40), [], 0

@@ -125,8 +125,12 @@ def test_bad_options_and_the_export_are_refused_in_one_line():
     from fairseq_alibi.hf.export import CannotExport, refuse_unsupported
 
     m, _ = build_model(extra=flags("ssmax"))
-    with pytest.raises(CannotExport, match="length temperature"):
-        refuse_unsupported(m.decoder, "this model")
+    refuse_unsupported(m.decoder, "this model")  # exported (tests/library/test_hf.py), unless beside an option or FoX
+    for arch, more in (("alibi", ["--output-gate", "elementwise"]), ("fox", [])):
+        m, _ = build_model(f"{arch}_transformer_lm", extra=flags("ssmax", "qk", *more))
+        with pytest.raises(CannotExport, match="length temperature") as error:
+            refuse_unsupported(m.decoder, "this model")
+        assert "\n" not in str(error.value)
     plain, _ = build_model(extra=TINY)
     assert all(layer.self_attn.temperature is None for layer in plain.decoder.layers)
     refuse_unsupported(plain.decoder, "this model")  # without one: nothing to refuse
