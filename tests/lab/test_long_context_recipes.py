@@ -176,6 +176,10 @@ def test_the_curriculum_runs_through_the_runner_at_toy_size(wt2_slice, tmp_path)
         assert row["first_correct"] == first_right, row
     perplexity = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"unigram"' not in line]
     assert {(r["label"], r["l_valid"]) for r in perplexity} == {("ALiBi, L then 4L", 40)}
+    # streamed through a cache of its last training length (4L), each sink count, on the split the set has
+    streams = [json.loads(line) for line in (out / "streaming.jsonl").read_text().splitlines()]
+    assert sorted((r["label"], r["cache"], r["sinks"], r["split"], r["checkpoint"]) for r in streams) == [
+        ("ALiBi, L then 4L", 160, sinks, "valid", checkpoint) for sinks in (0, 1, 4)]
 
 
 @pytest.mark.parametrize("extra", [
@@ -257,3 +261,43 @@ def test_the_headline_table_counts_the_included_seeds_needles_past_the_field_and
     assert lines["floor of the prompts (perplexity: the unigram's)"] == \
         "| floor of the prompts (perplexity: the unigram's) | | | 1244.36 | 1244.36 | 1.0 | 1.0 | 1.0 | 1.0 |"
     assert (out / "summary.md").read_text() == text
+
+
+def test_the_streams_table_shows_the_rules_two_arms_once_every_trained_arm_has_its_seeds(tmp_path):
+    """streaming.md from rows written out by hand: before every trained arm has its included seeds scored at 32L,
+    no arm is the rule's (the arms still short named); then the two with the highest mean passkey first word past
+    the field at 32L (over the needles more than 1,024 tokens away only), first, their streams and blocks of the
+    cache's length as mean ± std; the other streamed arm apart, as beyond the rule."""
+    from fairseq_alibi_lab.experiments.long_context_recipes import streams
+    from fairseq_alibi_lab.experiments.retrieval.floors import FLOOR_ROWS
+    from fairseq_alibi_lab.experiments.retrieval.score import ROWS
+    from test_retrieval import toy_floors
+
+    out = tmp_path / "out"
+    out.mkdir()
+    arms = {"A": ("a", 0.1, 64), "B": ("b", 0.5, 64), "C": ("c", 0.3, 256)}  # label: (checkpoints, passkey, cache)
+    scored, rows, streamed = [], [], []
+    for label, (stem, value, cache) in arms.items():
+        for seed in (1, 2):
+            checkpoint = f"{stem}{seed}"
+            for depth in (0.0, 0.25, 0.5, 0.75, 1.0):
+                near = 2048 * (1 - depth) + 5 <= 1024
+                scored.append({"label": label, "checkpoint": checkpoint, "scaling": "none", "task": "passkey",
+                               "length": 2048, "depth": depth, "n": 10, "accuracy": 0.0, "prompts_sha256": "toy",
+                               "first_accuracy": 1.0 if near else value + 0.1 * seed, "model": "alibi_transformer_lm_small"})
+                scored.append(dict(scored[-1], length=64, first_accuracy=1.0))
+            rows.append({"label": label, "model": "alibi_transformer_lm_small", "checkpoint": checkpoint, "l_valid": cache,
+                         "stride": 0, "split": "valid", "scaling": "none", "perplexity": 100.0 + seed, "updates": 5600})
+            streamed += [{"label": label, "checkpoint": checkpoint, "split": split, "sinks": sinks, "cache": cache,
+                          "perplexity": 90.0 + seed + sinks} for split in ("valid", "test") for sinks in (0, 1, 4)]
+    (out / ROWS).write_text("".join(json.dumps(r) + "\n" for r in scored))
+    (out / FLOOR_ROWS).write_text("".join(json.dumps(r) + "\n" for r in toy_floors(scored)))
+    (out / streams.ROWS).write_text("".join(json.dumps(r) + "\n" for r in streamed))
+    assert streams.report(rows[:1], str(out), ("A", "B", "C"), 2).count("not decided yet: A, B, C lack 2") == 1
+    text = streams.report(rows, str(out), ("A", "B", "C"), 2)
+    chosen, beyond = text.split("Streamed beyond the rule")
+    assert "B 65.0%, C 45.0%" in chosen  # the depths past the field only: 0.5 + 0.1 seed, not the near ones' 1.0
+    assert "| B | 64 | 101.50 ± 0.71 | 91.50 ± 0.71 | 92.50 ± 0.71 | 95.50 ± 0.71 | 91.50 ± 0.71 |" in chosen
+    assert "| C | 256 |" in chosen and "| A |" not in chosen
+    assert "| A | 64 | 101.50 ± 0.71 |" in beyond
+    assert (out / "streaming.md").read_text() == text

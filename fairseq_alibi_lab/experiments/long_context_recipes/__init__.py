@@ -6,7 +6,7 @@ test-time temperature. Each trained as retrieval's models are (WikiText-2 mixed 
 multi-key and key-value examples; the curriculum's and the fine-tune's second stage on the mixture made at
 4L, examples up to 4L long), 5600 updates of 2,048 tokens each whatever the length, 5 included seeds;
 scored by perplexity (nonoverlapping and sliding) at L..128L and by retrieval (greedy decoding by the
-fairseq model itself: the export carries no temperature) at L..128L.
+fairseq model itself, which takes every arm's temperature) at L..128L.
 
 Declared before any training (git history shows it): the arms, the primary family (CLAIMS: six claims,
 Holm-corrected over the family), and the inclusion rule (INCLUSION). Its own code: summary.py (the
@@ -22,6 +22,7 @@ from fairseq_alibi_lab.claims import Claim
 from fairseq_alibi_lab.curriculum import FirstStages
 from fairseq_alibi_lab.experiments.base import Experiment, Inclusion, Model, Stages, register
 from fairseq_alibi_lab.experiments.conversion.wall_time import training_seconds, wall_time
+from fairseq_alibi_lab.experiments.long_context_recipes import streams
 from fairseq_alibi_lab.experiments.long_context_recipes.summary import summary
 from fairseq_alibi_lab.experiments.retrieval import claims as retrieval_claims, data, floors, report as retrieval_report, score
 from fairseq_alibi_lab.experiments.retrieval.prompts import LONG_MULTIPLES, MULTIPLES
@@ -31,8 +32,9 @@ SHARE = 0.75  # the first stage's share of the updates (BTLM: 470B of 627B token
 MULTIPLES_ALL = (*MULTIPLES, *LONG_MULTIPLES)  # L..128L: 64 to 8,192 tokens
 
 # The runs at L keep their checkpoint after 75% of their updates (4,200): the second stages continue it.
-ALIBI = Model("ALiBi", "alibi", FirstStages.keeping("alibi_first"), scalings=("ntk", "logn", "logn_logit"))
-ROTARY = Model("Rotary", "rotary", FirstStages.keeping("rotary_first"), scalings=("yarn",))
+STREAMS = (streams.stream,)  # every trained arm's included seeds (the rule picks two at the end: streams.py)
+ALIBI = Model("ALiBi", "alibi", FirstStages.keeping("alibi_first"), scalings=("ntk", "logn", "logn_logit"), records=STREAMS)
+ROTARY = Model("Rotary", "rotary", FirstStages.keeping("rotary_first"), scalings=("yarn",), records=STREAMS)
 FIRST_STAGES = FirstStages({"alibi_first": (ALIBI, SHARE), "rotary_first": (ROTARY, SHARE)})
 CURRICULUM = "ALiBi, L then 4L"
 YARN_FINETUNE = "Rotary, L then 4L with YaRN"
@@ -40,13 +42,14 @@ SSMAX = "ALiBi, learned temperature (SSMax)"
 
 MODELS = (
     ALIBI,
-    Model(SSMAX, "alibi", ("--length-temperature", "ssmax", "--length-temperature-length", "{L}")),
-    Model(CURRICULUM, "alibi", ("--continue-from", "{alibi_first}"), train_multiple=4),
+    Model(SSMAX, "alibi", ("--length-temperature", "ssmax", "--length-temperature-length", "{L}"), records=STREAMS),
+    Model(CURRICULUM, "alibi", ("--continue-from", "{alibi_first}"), train_multiple=4, records=STREAMS),
     ROTARY,
     # YaRN's recipe: the scaling on while fine-tuning, s = 4 from the first stage's L
     Model(YARN_FINETUNE, "rotary", ("--continue-from", "{rotary_first}", "--rotary-scaling", "yarn",
-                                    "--rotary-scaling-factor", "4", "--rotary-train-length", "{L}"), train_multiple=4),
-    Model("NoPE", "nope", scalings=("logn",)),
+                                    "--rotary-scaling-factor", "4", "--rotary-train-length", "{L}"), train_multiple=4,
+          records=STREAMS),
+    Model("NoPE", "nope", scalings=("logn",), records=STREAMS),
 )
 
 # The inclusion rule, declared before training: a seed of an arm is scored past L only if that arm's model
@@ -87,13 +90,16 @@ ARMS = ("ALiBi", "ALiBi + NTK", "ALiBi + LogN", "ALiBi + LogN (whole logit)", SS
         "Rotary + YaRN", YARN_FINETUNE, "NoPE", "NoPE + LogN")
 
 
+TRAINED = tuple(model.label for model in MODELS)
+
+
 def report(rows, out):
-    """The headline table (summary.md), retrieval's tables, and each training's wall time (a second
-    stage's own there; the headline adds its first stage's share of the run at L's)."""
+    """The headline table (summary.md), retrieval's tables, the streams (streaming.md) and each training's
+    wall time (a second stage's own there; the headline adds its first stage's share of the run at L's)."""
     seconds = {label: [s for s, _, _ in runs.values()] for label, runs in training_seconds(rows, out).items()}
     stages = {CURRICULUM: ("ALiBi", SHARE), YARN_FINETUNE: ("Rotary", SHARE)}
     return "\n".join(filter(None, (summary(rows, out, ARMS, stages, UPDATES, seconds), retrieval_report.report(rows, out),
-                                    wall_time(rows, out))))
+                                    streams.report(rows, out, TRAINED, INCLUSION.wanted), wall_time(rows, out))))
 
 
 register("long-context-recipes", Experiment(
@@ -106,6 +112,6 @@ register("long-context-recipes", Experiment(
     train_flags=("--disable-validation",),
     stages=Stages(data=data.prepare_data, data_problem=data.data_problem, prepared=FIRST_STAGES,
                   floors=floors.write_floors, score=functools.partial(score.score_model, decoder="fairseq"),
-                  rows=(score.ROWS, score.BY_POSITION_ROWS), report=report,
+                  rows=(score.ROWS, score.BY_POSITION_ROWS, streams.ROWS), report=report,
                   claim_cells=retrieval_claims.claim_cells, cells=retrieval_claims.scored_cells),
     claims=CLAIMS, inclusion=INCLUSION))
