@@ -190,9 +190,11 @@ def other_flags(save_dir, then, max_update, flags):
     return "; ".join(differ) or None
 
 
-def hold_run(save_dir):
+def hold_run(save_dir, wait=False):
     """A descriptor holding SAVE_DIR/.train.lock (one training per save directory, for as long as
-    the descriptor is open, in this process or one that inherits it); RunConflict if another holds it."""
+    the descriptor is open, in this process or one that inherits it); RunConflict if another holds it,
+    or with wait, once the other has let it go (the runner's parts: a continuation may train its first
+    stage while that stage's own job starts)."""
     import fcntl
     import os
 
@@ -200,6 +202,10 @@ def hold_run(save_dir):
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
+        if wait:
+            print(f"waiting for the training running on {save_dir} to end", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return lock
         os.close(lock)
         raise RunConflict(f"another training is running on {save_dir} (it holds {save_dir}/.train.lock): wait for "
                           "it, or give another SAVE_DIR") from None

@@ -129,8 +129,10 @@ class Runner:
         data = self.training_data(job.train_length)
         command, log_path = self.kind.train_command(self.context, job, data)
         with open(log_path or os.devnull, "a") as log:  # no log path: the trainer writes its own
+            # WAIT_FOR_RUN: a run another part holds (a continuation training its first stage as that stage's
+            # own job starts, in parallel) is waited for, then left finished, not refused
             proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+                                    env=dict(os.environ, PYTHONUNBUFFERED="1", WAIT_FOR_RUN="1"), start_new_session=True)
             with stopped_together(proc):
                 follow(proc, log, self.kind.where, job.train_updates)
         if proc.wait() != 0:  # the log's last line says why (a one-line refusal, fairseq's exception)

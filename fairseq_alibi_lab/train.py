@@ -6,7 +6,8 @@
 written; a refusal is one line. fairseq-train then runs (in this process, unless the job has
 several: fairseq_train), SAVE_DIR/.train.lock held for its lifetime; when it ends, the data's
 dictionary fingerprint goes into every checkpoint that does not record it in its config (a stock
-twin's: fairseq_alibi/tools/dictionaries.py record).
+twin's: fairseq_alibi/tools/dictionaries.py record). With WAIT_FOR_RUN=1 (the runner's), a training
+another process holds is waited for, then resumed or left finished, instead of refused.
 """
 import os
 import subprocess
@@ -207,7 +208,7 @@ def main(argv):
     rank = last_value(extra, "--distributed-rank") or os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
     if rank == "0":  # one training per save directory; a distributed run is one training, rank 0 holds it
         try:
-            lock = recipes.hold_run(save_dir)
+            lock = recipes.hold_run(save_dir, wait=os.environ.get("WAIT_FOR_RUN") == "1")
         except recipes.RunConflict as e:
             fail(e)
         os.set_inheritable(lock, True)  # a fairseq-train process (several GPUs) holds it too, should this one be killed first

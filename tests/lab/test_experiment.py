@@ -287,8 +287,9 @@ def test_the_documents_experiment_scores_every_model_with_its_articles_apart_and
 
 
 def test_one_trainer_per_save_directory_and_a_stopped_one_leaves_no_orphan(tmp_path):
-    """train_once.sh and train.sh refuse a directory whose lock another trainer holds; stopping
-    train_once.sh (SIGTERM) stops the training it started, and the lock goes with it."""
+    """train_once.sh and train.sh refuse a directory whose lock another trainer holds (the runner's trainers,
+    WAIT_FOR_RUN=1, wait for it); stopping train_once.sh (SIGTERM) stops the training it started, and the lock
+    goes with it."""
     import fcntl
     import signal
     import subprocess
@@ -314,6 +315,11 @@ def test_one_trainer_per_save_directory_and_a_stopped_one_leaves_no_orphan(tmp_p
     train_sh = subprocess.run(["scripts/train.sh", "alibi", "32", data, save, "small"], cwd=REPO,
                               capture_output=True, text=True)
     assert train_sh.returncode == 1 and "another training is running on" in train_sh.stderr.strip().splitlines()[-1]
+    # the runner's trainers (WAIT_FOR_RUN=1) wait for the holder instead, and go on once it is gone
+    waiting = subprocess.Popen(["scripts/train.sh", "alibi", "32", data, save, "small"], cwd=REPO, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, WAIT_FOR_RUN="1"))
+    time.sleep(3)
+    assert waiting.poll() is None
 
     first.send_signal(signal.SIGTERM)
     _, errors = first.communicate(timeout=30)
@@ -326,6 +332,8 @@ def test_one_trainer_per_save_directory_and_a_stopped_one_leaves_no_orphan(tmp_p
     else:
         os.kill(pid, signal.SIGKILL)
         pytest.fail("the training outlived train_once.sh")
+    out, errors = waiting.communicate(timeout=120)
+    assert "waiting for the training running on" in out and "another training is running" not in errors
     with open(save / ".train.lock") as lock:  # free again
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
 

@@ -301,3 +301,50 @@ def test_the_streams_table_shows_the_rules_two_arms_once_every_trained_arm_has_i
     assert "| C | 256 |" in chosen and "| A |" not in chosen
     assert "| A | 64 | 101.50 ± 0.71 |" in beyond
     assert (out / "streaming.md").read_text() == text
+
+
+def test_a_trainer_the_runner_starts_waits_for_a_run_another_part_holds(tmp_path, monkeypatch):
+    """In parallel, the curriculum's part may train the first stage (its kept checkpoint missing) while that stage's
+    own job starts: the second to reach the run waits for the lock and then finds the run finished, where a user's
+    second trainer is refused. hold_run(wait=True) returns once the holder lets go; the runner's trainers wait."""
+    import threading
+    import time
+
+    from fairseq_alibi_lab import recipes, runner
+
+    held = recipes.hold_run(str(tmp_path))
+    with pytest.raises(recipes.RunConflict, match="another training is running"):
+        recipes.hold_run(str(tmp_path))
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(recipes.hold_run(str(tmp_path), wait=True)))
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive() and not got  # waiting while the other holds it
+    os.close(held)
+    waiter.join(timeout=10)
+    assert got and not waiter.is_alive()
+    os.close(got[0])
+
+    envs = []
+
+    class Started:  # the trainer's process, as the runner sees it
+        def __init__(self, command, env=None, **kwargs):
+            envs.append(env)
+            self.stdout, self.returncode = iter(()), 0
+
+        def wait(self):
+            return 0
+
+        def poll(self):
+            return 0
+
+    args = argparse.Namespace(train_length=None, seeds=None, updates=None, lengths=None, out=str(tmp_path / "out"),
+                              checkpoints=str(tmp_path / "ck"), models=["alibi"], train_flags=[], data=None, task_flags=[])
+    the_runner = runner.Runner(NAME, EXPERIMENTS[NAME], args)
+    monkeypatch.setattr(runner.subprocess, "Popen", Started)
+    monkeypatch.setattr(runner, "follow", lambda *a, **k: None)
+    monkeypatch.setattr(the_runner, "training_data", lambda length: str(tmp_path / "data"))
+    monkeypatch.setattr(the_runner.kind, "train_command", lambda context, job, data: (["trainer"], None))
+    the_runner.train(jobs.build(the_runner.context, the_runner.models[0], 1))
+    assert envs and envs[0]["WAIT_FOR_RUN"] == "1"
+    assert os.environ.get("WAIT_FOR_RUN") != "1"  # a user's trainer (train.sh) is refused, not made to wait
