@@ -31,6 +31,8 @@ REBUILDS = {
     RESULTS: [runner("main")],
     f"{RESULTS}/attention-sinks": [runner("attention-sinks")],
     f"{RESULTS}/comparison": [runner("comparison"), CLAIMS],
+    f"{RESULTS}/comparison-epyc": [["scripts/experiment.py", "comparison", "--tables", "--checkpoints",
+                                    "checkpoints/comparison-epyc", "--out", "{out}"]],
     f"{RESULTS}/conversion": [runner("conversion"), claims("conversion")],
     f"{RESULTS}/documents": [runner("documents"), claims("documents")],
     f"{RESULTS}/gpt2-alibi": [runner("gpt2-alibi"), claims("gpt2-alibi")],
