@@ -45,6 +45,7 @@ REBUILDS = {
     f"{RESULTS}/main-gpu": [runner("main")],
     f"{RESULTS}/mlm": [runner("mlm"), claims("mlm")],
     f"{RESULTS}/retrieval": [runner("retrieval"), claims("retrieval")],
+    f"{RESULTS}/retrieval-2025": [runner("retrieval-2025"), claims("retrieval-2025")],
     f"{RESULTS}/scale2": [runner("scale2"), claims("scale2")],
     f"{RESULTS}/streaming": [runner("streaming"), claims("streaming")],
     f"{RESULTS}/trade": [runner("trade"), claims("trade")],
