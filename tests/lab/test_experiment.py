@@ -316,10 +316,15 @@ def test_one_trainer_per_save_directory_and_a_stopped_one_leaves_no_orphan(tmp_p
                               capture_output=True, text=True)
     assert train_sh.returncode == 1 and "another training is running on" in train_sh.stderr.strip().splitlines()[-1]
     # the runner's trainers (WAIT_FOR_RUN=1) wait for the holder instead, and go on once it is gone
-    waiting = subprocess.Popen(["scripts/train.sh", "alibi", "32", data, save, "small"], cwd=REPO, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, WAIT_FOR_RUN="1"))
-    time.sleep(3)
-    assert waiting.poll() is None
+    said = tmp_path / "waiting.out"
+    with open(said, "w") as out:
+        waiting = subprocess.Popen(["scripts/train.sh", "alibi", "32", data, save, "small"], cwd=REPO, text=True,
+                                   stdout=out, stderr=subprocess.PIPE, env=dict(os.environ, WAIT_FOR_RUN="1"))
+    for _ in range(1200):  # until it has reached the lock (a loaded machine starts Python slowly)
+        if "waiting for the training running on" in said.read_text() or waiting.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert "waiting for the training running on" in said.read_text() and waiting.poll() is None
 
     first.send_signal(signal.SIGTERM)
     _, errors = first.communicate(timeout=30)
@@ -332,8 +337,8 @@ def test_one_trainer_per_save_directory_and_a_stopped_one_leaves_no_orphan(tmp_p
     else:
         os.kill(pid, signal.SIGKILL)
         pytest.fail("the training outlived train_once.sh")
-    out, errors = waiting.communicate(timeout=120)
-    assert "waiting for the training running on" in out and "another training is running" not in errors
+    _, errors = waiting.communicate(timeout=120)
+    assert "another training is running" not in errors  # it went on once the lock was free
     with open(save / ".train.lock") as lock:  # free again
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
 

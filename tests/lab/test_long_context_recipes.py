@@ -330,7 +330,7 @@ def test_a_trainer_the_runner_starts_waits_for_a_run_another_part_holds(tmp_path
     class Started:  # the trainer's process, as the runner sees it
         def __init__(self, command, env=None, **kwargs):
             envs.append(env)
-            self.stdout, self.returncode = iter(()), 0
+            self.stdout, self.returncode, self.pid = iter(()), 0, -1  # no such process: nothing to renice
 
         def wait(self):
             return 0
