@@ -8,8 +8,6 @@ every included seed of every trained arm is streamed once it is scored (`stream`
 streaming.md shows the rule's two arms, and the others' streams apart, as streamed beyond the rule."""
 import os
 
-from fairseq_alibi_lab.experiments.retrieval.floors import FIELD, depth_means, past, read_floors
-from fairseq_alibi_lab.experiments.retrieval.score import ROWS as RETRIEVAL_ROWS
 from fairseq_alibi_lab.experiments.streaming import stages as streaming
 
 ROWS = streaming.ROWS
@@ -29,15 +27,10 @@ def stream(context, job):
 def passkey_past_the_field(rows, out):
     """{arm: {checkpoint: passkey first word past the field at 32L}} of the included seeds' retrieval rows
     (rows: their perplexity rows, which name the included checkpoints)."""
-    from fairseq_alibi_lab.result_rows import read_rows
+    from fairseq_alibi_lab.experiments.long_context_recipes.summary import past_the_field
 
-    checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
-    scored = [r for r in read_rows(os.path.join(out, RETRIEVAL_ROWS)) if r["checkpoint"] in checkpoints]
-    floors = read_floors(out, scored) if scored else []
-    if not floors:
-        return {}
-    length = min(r["length"] for r in scored)
-    found = depth_means(scored, "first_accuracy", past(floors, FIELD))
+    scored, _, _, found = past_the_field(rows, out)
+    length = min((r["length"] for r in scored), default=None)
     return {arm: runs for (task, arm, lv), runs in found.items() if task == "passkey" and lv == AT * length}
 
 

@@ -21,23 +21,30 @@ def shown(values, digits, n=None):
     return text + (f" (n={len(values)})" if n is None or len(values) != n else "")
 
 
+def past_the_field(rows, out):
+    """(the included seeds' retrieval rows, the floors, keep: the needles more than FIELD tokens from the question,
+    {(task, arm, length): {checkpoint: first key word over those needles}}) for the checkpoints rows name."""
+    from fairseq_alibi_lab.result_rows import read_rows
+
+    checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
+    scored = [r for r in read_rows(os.path.join(out, ROWS)) if r["checkpoint"] in checkpoints]
+    floors = read_floors(out, scored) if scored else []
+    keep = past(floors, FIELD) if floors else None
+    return scored, floors, keep, depth_means(scored, "first_accuracy", keep) if keep else {}
+
+
 def summary(rows, out, arms, first_stages, updates, seconds):
     """OUT/summary.md, or None before any retrieval row. rows: the declared runs' perplexity rows (the
     included seeds'); arms: the table's row labels in order; first_stages: {second stage's label: (first
     stage's label, its share)}, whose wall time is added in that share; seconds: {label: [each run's
     training seconds]}."""
     from fairseq_alibi.tools.files import written_whole
-    from fairseq_alibi_lab.result_rows import read_rows
     from fairseq_alibi_lab.results import method_name
 
-    checkpoints = {r["checkpoint"] for r in rows if r.get("checkpoint")}
-    scored = [r for r in read_rows(os.path.join(out, ROWS)) if r["checkpoint"] in checkpoints]
+    scored, floors, keep, found = past_the_field(rows, out)
     if not scored:
         return None
     length = min(r["length"] for r in scored)
-    floors = read_floors(out, scored)
-    keep = past(floors, FIELD) if floors else None
-    found = depth_means(scored, "first_accuracy", keep) if keep else {}
     perplexity = {}
     for r in rows:
         if r.get("checkpoint") and r.get("stride") == 0 and r.get("split") == "valid":
