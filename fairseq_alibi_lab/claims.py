@@ -241,9 +241,10 @@ def perplexity_rows(rows, read):
     return Cells(found, perplexity_cells(length), tuple(read), seeds, compare_cell=perplexity_cell, scorings=scored)
 
 
-def read_perplexities(paths):
-    """The default Stages.claim_cells: the perplexity rows of the results files."""
-    return perplexity_rows(results.load(paths), paths)
+def read_perplexities(paths, machine=None):
+    """The default Stages.claim_cells: the perplexity rows of the results files (of one machine:
+    results.load's machine)."""
+    return perplexity_rows(results.load(paths, machine), paths)
 
 
 def scoring_name(claim, scoring):

@@ -96,14 +96,18 @@ def main():
                    help="with --compare: A's perplexity below B's (default), or A's not above B's; "
                         "A's accuracy above B's (the default on accuracy rows)")
     p.add_argument("--task", help="with --compare on rows of several tasks: the task the cells are on")
+    p.add_argument("--machine", help="only the rows scored on a machine whose name holds this (e.g. \"AMD EPYC\"): "
+                                     "a machine check, both sides of a comparison on one machine")
     p.add_argument("--audit", action="store_true",
                    help="instead of the table: each claim's declaring commit against the first row of its cells, "
                         "from git history (post hoc where the claim came after), and whether its declaration says the same")
     args = p.parse_args()
     name = args.experiment or named_experiment(args.results, judged)
     experiment = EXPERIMENTS[name]
-    found = dataclasses.replace((experiment.stages.claim_cells or read_perplexities)(list(args.results)),
-                                paired=functools.partial(paired_by_seed, experiment))
+    if args.machine is not None and experiment.stages.claim_cells:
+        p.error(f"--machine picks perplexity rows; {name}'s claims read rows of their own")
+    read = experiment.stages.claim_cells or functools.partial(read_perplexities, machine=args.machine)
+    found = dataclasses.replace(read(list(args.results)), paired=functools.partial(paired_by_seed, experiment))
     if args.task and not args.compare:
         p.error("--task names the task of --compare's cells: give it with --compare")
     claims = asked(found, args, p.error) if args.compare else experiment.claims

@@ -110,11 +110,19 @@ def measure(row):
     return "masked-token" if "masked_tokens" in row else "causal-LM"
 
 
-def load(paths):
+def load(paths, machine=None):
     """{(split, stride rule, label, train L, seed, checkpoint, l_valid): perplexity}; the last
     measurement of a configuration wins (reruns append). Masked-token and causal-LM perplexities
-    are not one measure: files mixing them are refused."""
+    are not one measure: files mixing them are refused. machine: only the rows scored on a machine
+    whose name holds it (a row names its machine), refused in one line where none was."""
     rows = [(path, r) for path in paths for r in read_json_lines(path)]
+    if machine is not None:
+        kept = [(path, r) for path, r in rows if machine in (r.get("machine") or "")]
+        if not kept:
+            named = sorted({r.get("machine") or "none named" for _, r in rows})
+            raise SystemExit(f"error: no rows of {', '.join(paths)} were scored on a machine named like {machine!r}; "
+                             f"theirs: {'; '.join(named)}")
+        rows = kept
     kinds = {}
     for path, r in rows:
         kinds.setdefault(measure(r), path)

@@ -203,6 +203,18 @@ def test_the_rows_name_their_experiment(tmp_path):
     assert answer.returncode != 0 and answer.stderr.strip().splitlines() == [
         "error: the rows hold two runs of ALiBi, seed 1 (ALiBi-s1 and ALiBi-again-s1): a verdict counts one run per seed; "
         "give the rows of one run"], answer.stderr
+    # A machine check: the other run on another machine; --machine keeps one machine's rows, and the
+    # comparison counts that machine's runs alone.
+    machines = [dict(r, machine="CPU A, 2 cores") for r in rows] + [dict(again[-1], machine="CPU B, 2 cores")]
+    path.write_text("".join(json.dumps(r) + "\n" for r in machines))
+    answer = subprocess.run([sys.executable, "scripts/claims.py", str(path), "--machine", "CPU A", "--compare",
+                             "ALiBi@16", "FIRE@16"], cwd=REPO, capture_output=True, text=True)
+    assert answer.returncode == 0, answer.stderr
+    assert "| ALiBi at 1024: 102.00 ± 1.00 (n=3) |" in answer.stdout and "exploratory" in answer.stdout, answer.stdout
+    answer = subprocess.run([sys.executable, "scripts/claims.py", str(path), "--machine", "CPU C"], cwd=REPO,
+                            capture_output=True, text=True)
+    assert answer.returncode != 0 and answer.stderr.strip().splitlines() == [
+        f"error: no rows of {path} were scored on a machine named like 'CPU C'; theirs: CPU A, 2 cores; CPU B, 2 cores"]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     answer = subprocess.run([sys.executable, "scripts/claims.py", str(path), "--compare", "ALiBi", "FIRE@16"],
                             cwd=REPO, capture_output=True, text=True)
