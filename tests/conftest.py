@@ -93,6 +93,13 @@ def run(cmd, **kwargs):
     return proc.stdout + proc.stderr
 
 
+def bit_identical(a, b):
+    """Equal bit for bit; fairseq's `_float_tensor` dtype markers are uninitialised and may hold NaN,
+    which torch.equal calls unequal to itself."""
+    return (a.dtype == b.dtype and a.shape == b.shape
+            and torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8)))
+
+
 def built_once(tmp_path_factory, name, build):
     """A directory that `build(path)` fills once per test run: under pytest-xdist, the first worker
     to ask builds it while the others wait (a file lock), instead of each worker building its own."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, TOY, USER_DIR, run, snapshot
+from conftest import REPO, TOY, USER_DIR, bit_identical, run, snapshot
 from fairseq_alibi.tools import dictionaries
 from fairseq_alibi.tools import files
 from fairseq_alibi_lab import results
@@ -767,7 +767,7 @@ def test_a_stock_twin_records_its_dictionary_inside_its_checkpoint(sinusoidal_ch
     again = torch.load(save / "checkpoint_last.pt", weights_only=False)
     assert again["dictionary_sha256"] == dictionaries.dictionary_fingerprint(wt2_slice)
     assert again["model"].keys() == state["model"].keys()
-    assert all(torch.equal(again["model"][name], weight) for name, weight in state["model"].items())
+    assert all(bit_identical(again["model"][name], weight) for name, weight in state["model"].items())
 
 
 def test_an_evaluation_batch_runs_a_bounded_number_of_positions_at_every_stride():

@@ -11,18 +11,11 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, TOY, run
+from conftest import REPO, TOY, bit_identical, run
 from fairseq_alibi.distillation import cross_entropy_terms, distillation_terms
 
 
 # --- the math, against the definition written out per token (fp64) ---------------------------
-
-def bit_identical(a, b):
-    """Equal bit for bit; fairseq's `_float_tensor` dtype markers are uninitialised and may hold NaN,
-    which torch.equal calls unequal to itself."""
-    return (a.dtype == b.dtype and a.shape == b.shape
-            and torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8)))
-
 
 def hand_distillation(student, teacher, keep, temperature):
     """sum over kept tokens of T^2 sum_v p_t(v) (log p_t(v) - log p_s(v)), p = softmax(log p / T)."""
