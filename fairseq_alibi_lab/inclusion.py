@@ -32,11 +32,13 @@ def at_l(job, length):
                                evaluations=tuple(e for e in job.evaluations if e[1] == length))
 
 
-def record(out, job, value, inclusion):
-    """OUT/excluded.jsonl gains the job's row: the seed left out, its value at L, the rule."""
+def record(out, job, value, inclusion, identity):
+    """OUT/excluded.jsonl gains the job's row: the seed left out, its value at L, the rule, and what the job's
+    rows record of it (identity: the run's fields and the checkpoint file's fingerprint, so that a --retire of
+    its path, run again after a stop, keeps a new training's exclusion as it keeps that training's rows)."""
     append_lines(os.path.join(out, EXCLUDED), [json.dumps({
         "label": job.model.label, "seed": job.seed, "checkpoint": job.checkpoint, "value": value,
-        "at_least": inclusion.at_least, "rule": inclusion.about, "commit": provenance.commit(),
+        "at_least": inclusion.at_least, "rule": inclusion.about, **identity, "commit": provenance.commit(),
         "machine": provenance.machine()})])
 
 

@@ -86,7 +86,7 @@ class Runner:
         value = rule.measure(self.context, job)
         if value is not None and value >= rule.at_least:
             return job
-        inclusion.record(self.out, job, value, rule)
+        inclusion.record(self.out, job, value, rule, {**json.loads(self.context.row_fields(job.checkpoint)), **self.identity(job)})
         print(f"    excluded: {value} at L, under {rule.at_least} ({rule.about}); scored at L only", flush=True)
         return first
 

@@ -98,6 +98,47 @@ def test_an_excluded_seed_is_scored_at_l_only_and_the_next_seed_takes_its_place(
     assert "| ALiBi | 2 | 10.0% |" in "\n".join(inclusion.table(args.out))
 
 
+def test_an_excluded_seeds_record_says_what_it_excluded_and_a_retire_run_again_keeps_a_new_trainings(tmp_path, monkeypatch):
+    """The runner's exclusion row carries what the job's rows record (results.identity_missing: nothing), so a
+    --retire of its path run again after a stop keeps the new training's exclusion (its checkpoint_sha256 is the
+    file's now) and retires one of another file, as it does the rows."""
+    import dataclasses
+
+    from fairseq_alibi.tools.files import fingerprint
+    from fairseq_alibi_lab import result_rows, results, runner
+
+    args = argparse.Namespace(train_length=None, seeds=None, updates=None, lengths=None, out=str(tmp_path / "out"),
+                              checkpoints=str(tmp_path / "ck"), models=["nope"], train_flags=["--lr", "1"], data=None,
+                              task_flags=[])
+    the_runner = runner.Runner(NAME, EXPERIMENTS[NAME], args)
+    data = tmp_path / "set"
+    data.mkdir()
+    for name in ("dict.txt", "train.idx", "train.bin", "valid.idx", "valid.bin"):
+        (data / name).write_text(name)
+    monkeypatch.setattr(the_runner.kind, "training_data", lambda context, length: str(data))
+    the_runner.context = dataclasses.replace(the_runner.context, data=str(data))
+    rule = dataclasses.replace(EXPERIMENTS[NAME].inclusion, measure=lambda context, job: 0.1)
+    the_runner.experiment = dataclasses.replace(EXPERIMENTS[NAME], inclusion=rule)
+    the_runner.stages = dataclasses.replace(the_runner.stages, score=None)
+    monkeypatch.setattr(the_runner, "evaluate", lambda job: False)  # its rows at L: scored elsewhere
+    job = jobs.build(the_runner.context, the_runner.models[0], 3)
+    os.makedirs(os.path.dirname(job.checkpoint))
+    with open(job.checkpoint, "wb") as f:
+        f.write(b"trained")
+    os.makedirs(args.out)
+    assert the_runner.screened(job).lengths == (64,)
+    (row,) = result_rows.read_rows(os.path.join(args.out, inclusion.EXCLUDED))
+    assert results.identity_missing(row) == []
+    assert (row["checkpoint_sha256"], row["train_flags"], row["experiment"], row["value"]) == (
+        fingerprint(job.checkpoint), "--lr 1", NAME, 0.1)
+    names = the_runner.scored_files()
+    assert result_rows.retire(args.out, names, {job.checkpoint: fingerprint(job.checkpoint)}, "again") == (0, 1)
+    with open(job.checkpoint, "wb") as f:
+        f.write(b"trained again")
+    assert result_rows.retire(args.out, names, {job.checkpoint: fingerprint(job.checkpoint)}, "again") == (1, 0)
+    assert inclusion.excluded(args.out) == {}
+
+
 def test_a_second_stages_rows_are_checked_against_the_data_it_trained_on(tmp_path, monkeypatch):
     """The runner's identity of a job's rows (result_rows.identity_problem): a model trained at 4L on the
     experiment's own 4L set is this run's when its rows record that set, not the set at L that every model is
