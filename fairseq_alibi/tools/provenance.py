@@ -1,5 +1,6 @@
 """Where a result came from: the code's commit and the machine. Plain Python (torch only if it
 is already loaded)."""
+import functools
 import os
 import platform
 import subprocess
@@ -15,6 +16,13 @@ def commit(repo=REPO):
     any, need not match)."""
     if os.environ.get("FAIRSEQ_ALIBI_COMMIT"):
         return os.environ["FAIRSEQ_ALIBI_COMMIT"]
+    return checked_out(os.path.abspath(repo))
+
+
+@functools.lru_cache(maxsize=None)
+def checked_out(repo):
+    """commit()'s answer from git, read once per process: a process runs the code it imported when it
+    began, whatever is committed later, and a scorer records a row per group (two git processes each)."""
 
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=repo)
@@ -50,8 +58,10 @@ def cpu_name(cpuinfo="/proc/cpuinfo"):
     return f"{name} ({', '.join(detail)})" if detail else name
 
 
+@functools.lru_cache(maxsize=None)
 def gpu_names():
-    """The GPUs this machine shows (nvidia-smi's names), [] where it has none."""
+    """The GPUs this machine shows (nvidia-smi's names), [] where it has none; asked once per process
+    (a row's machine() is written per scored group)."""
     try:
         listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                                 text=True, timeout=30)

@@ -258,3 +258,34 @@ def test_a_rows_machine_names_the_cpus_family_model_and_vector_instructions(tmp_
     assert cpu_name(str(tmp_path / "zen3")) == "AMD EPYC (family 25, model 1, AVX2)"
     assert cpu_name(str(tmp_path / "bare")) == "Some CPU"
     assert cpu_name(str(tmp_path / "none")) == platform.machine()  # no /proc/cpuinfo (macOS, say)
+
+
+def test_the_commit_is_read_from_git_once_per_process_and_the_sent_commit_wins(tmp_path, monkeypatch):
+    """A scorer writes a row per group, each with commit(): git is asked once per checkout and process
+    (two git processes a row were a tenth of a toy run), a tracked change shows as "+changes", and
+    $FAIRSEQ_ALIBI_COMMIT (a copy sent to another machine) is taken over git's answer."""
+    import subprocess
+
+    from fairseq_alibi.tools import provenance
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    (repo / "a.txt").write_text("a\n")
+    for args in (["init", "-q"], ["add", "a.txt"], ["commit", "-qm", "a"]):
+        subprocess.run([*git, *args], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    monkeypatch.delenv("FAIRSEQ_ALIBI_COMMIT", raising=False)
+    provenance.checked_out.cache_clear()
+    calls, run = [], subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a[0]) or run(*a, **k))
+    assert [provenance.commit(str(repo)) for _ in range(3)] == [head] * 3 and len(calls) == 2
+    (repo / "a.txt").write_text("b\n")
+    provenance.checked_out.cache_clear()  # a new process
+    assert provenance.commit(str(repo)) == head + "+changes"
+    monkeypatch.setenv("FAIRSEQ_ALIBI_COMMIT", "abc1234")
+    assert provenance.commit(str(repo)) == "abc1234"
+    assert provenance.commit(str(tmp_path)) == "abc1234"
+    monkeypatch.delenv("FAIRSEQ_ALIBI_COMMIT")
+    provenance.checked_out.cache_clear()
+    assert provenance.commit(str(tmp_path)) is None  # not a checkout
