@@ -4,7 +4,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
+
+# Each runs a fresh interpreter that imports fairseq: in make test, not in make test-fast (under 3 minutes).
+pytestmark = pytest.mark.slow
 
 CHECK = """
 import json, sys
