@@ -3,33 +3,15 @@
 Press, Smith & Lewis, "Train Short, Test Long" (ICLR 2022), section 3: query i adds
 m_h * [-(i-1), ..., -1, 0] to its attention scores over keys 1..i, with one slope m_h per head.
 """
-import math
-from typing import List, Union
+from typing import Union
 
 import torch
 from torch import Tensor
 
+from fairseq_alibi.slopes import alibi_slopes  # noqa: F401 (the paper's slopes, here since the start)
+
 # Inference-time slope scaling (no retraining); see scale_slopes.
 SCALINGS = ("none", "linear", "ntk", "dynamic_ntk")
-
-
-def alibi_slopes(num_heads: int) -> List[float]:
-    """The paper's slopes: a geometric sequence starting at 2^(-8/n) with that ratio.
-
-    For a head count that is not a power of 2, the paper's rule: the slopes of the closest
-    lower power of 2, then every other slope of the next power of 2 (the ones in between).
-    """
-    if num_heads < 1:
-        raise ValueError(f"ALiBi needs at least one attention head, got {num_heads}")
-
-    def power_of_2_slopes(n):
-        return [2.0 ** (-8.0 * (k + 1) / n) for k in range(n)]
-
-    closest = 2 ** int(math.floor(math.log2(num_heads)))
-    slopes = power_of_2_slopes(closest)
-    if closest < num_heads:
-        slopes += power_of_2_slopes(2 * closest)[0::2][: num_heads - closest]
-    return slopes
 
 
 def alibi_mask(slopes: Tensor, query_len: int, key_len: int) -> Tensor:

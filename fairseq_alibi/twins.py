@@ -2,6 +2,10 @@
 sinusoidal and learned-position twins the experiments compare with): plain strings, importable
 without torch or fairseq (scripts/train.sh, the experiment runner, the tests)."""
 
+# scripts/train.sh's METHODs of a causal LM that train a stock twin below (fairseq's own positions), not a
+# plugin model: the sinusoidal twin (small, wiki103) and the learned-position one (gpt2_small).
+TWIN_METHODS = ("sinusoidal", "learned")
+
 # alibi_transformer_small's dimensions (models/encoder.py), and the stock fairseq flags that give them
 # with sinusoidal positions: the encoder-decoder twin of the synthetic experiment.
 TRANSLATION_SMALL_DIMS = {"layers": 3, "embed_dim": 128, "ffn_embed_dim": 512, "attention_heads": 8}

@@ -359,7 +359,8 @@ class Runner:
                 failed.append(f"{model.label}, seed {seed}: {last} (see {part}/runner.log)")
             print(f"== {len(jobs) - len(waiting) - len(running)}/{len(jobs)} ended ({duration(time.time() - start)} "
                   f"so far): {model.label}, seed {seed}{'' if ok else ' FAILED'}", flush=True)
-            self.tabulate()
+            if waiting or running or failed:  # what is done so far (after the last, run() tabulates unless one failed)
+                self.tabulate()
         if failed:
             raise SystemExit("error: some runs failed:\n  " + "\n  ".join(failed))
 

@@ -1,6 +1,6 @@
 """The exported model's one self-contained modeling file, as Hugging Face's remote code wants it
 (transformers copies only flat relative imports beside a modeling file): the position math of
-this package (alibi_bias.py, rotary_angles.py, t5_buckets.py, positions/, attention_options/) and
+this package (slopes.py, alibi_bias.py, rotary_angles.py, t5_buckets.py, positions/, attention_options/) and
 hf/modeling_fairseq_alibi.py, in
 that order, each without its imports of this package. Nothing is rewritten by hand: the exported
 model runs the same source the plugin runs."""
@@ -25,7 +25,7 @@ def sources():
         path = inspect.getsourcefile(cls)
         if path not in methods:
             methods.append(path)
-    math = [os.path.join(PACKAGE, name) for name in ("alibi_bias.py", "rotary_angles.py", "t5_buckets.py")]
+    math = [os.path.join(PACKAGE, name) for name in ("slopes.py", "alibi_bias.py", "rotary_angles.py", "t5_buckets.py")]
     options = sorted({inspect.getsourcefile(config) for config in OPTIONS.values()})
     return [*math, os.path.join(PACKAGE, "positions", "position_method.py"), os.path.join(PACKAGE, "length_temperature.py"),
             *methods,

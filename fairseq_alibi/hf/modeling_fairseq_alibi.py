@@ -4,7 +4,7 @@ or post-norm layers, fairseq's activations, adaptive input and adaptive softmax 
 log-probabilities are returned as the logits: log-softmax leaves them unchanged).
 
 The exporter (hf/export.py) writes this file into the exported folder with the position math
-(positions/, alibi_bias.py, rotary_angles.py, t5_buckets.py) bundled above it (hf/bundle.py), so that
+(positions/, slopes.py, alibi_bias.py, rotary_angles.py, t5_buckets.py) bundled above it (hf/bundle.py), so that
 `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)` needs torch and transformers
 only. Parameter names are fairseq's (decoder.layers.N.self_attn.q_proj.weight, ...) wherever the
 layout is the same.

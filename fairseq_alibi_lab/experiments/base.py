@@ -8,6 +8,7 @@ import os
 import re
 from typing import Callable, Optional
 
+from fairseq_alibi.twins import TWIN_METHODS
 from fairseq_alibi_lab import recipes
 
 # Where each experiment's results are committed (its tables rebuild from them with --tables --out).
@@ -138,13 +139,12 @@ BEFORE_SEPARABLE = "auto-no-separable"
 
 
 def kernel_flags(experiment, model):
-    """--attention-kernel and the experiment's kernel rule, for a plugin model (a position method's) where
-    the experiment names one; else none."""
-    if experiment.kernel_rule == "auto":
-        return []
-    from fairseq_alibi.methods import CAUSAL_METHODS  # imports torch: only where a rule is named
-
-    return ["--attention-kernel", experiment.kernel_rule] if model.method in CAUSAL_METHODS else []
+    """--attention-kernel and the experiment's kernel rule, for a plugin model (a position method's: a causal LM
+    that is neither a stock twin nor a prepared checkpoint scored as it is) where the experiment names one; else
+    none. Told apart by name, not by the registry, which imports torch: the runner (every invocation, every
+    parallel part) starts without it."""
+    plugin = recipes.RECIPE_KIND[experiment.recipe] == "causal LM" and model.method and model.method not in TWIN_METHODS
+    return ["--attention-kernel", experiment.kernel_rule] if experiment.kernel_rule != "auto" and plugin else []
 
 
 EXPERIMENTS = {}

@@ -866,6 +866,7 @@ def test_committed_experiments_train_and_score_on_the_kernels_of_their_rows():
     from fairseq_alibi.positions.position_method import build_method
     from fairseq_alibi.tools.flags import last_value
     from fairseq_alibi_lab.experiments import BEFORE_SEPARABLE, COMMITTED, EXPERIMENTS, base
+    from fairseq_alibi_lab.train import model_flags
 
     x, checked, moved = torch.zeros(1, 1, 128), set(), set()
     for name, experiment in EXPERIMENTS.items():
@@ -879,6 +880,9 @@ def test_committed_experiments_train_and_score_on_the_kernels_of_their_rows():
             continue
         for model in experiment.models:
             if model.method not in METHODS:  # stock fairseq models and encoders: no plugin kernel
+                assert base.kernel_flags(experiment, model) == [], (name, model.label)
+                if model.method and recipes.RECIPE_KIND[experiment.recipe] == "causal LM":  # a stock twin (TWIN_METHODS)
+                    assert "--user-dir" not in model_flags(model.method, experiment.recipe, list(METHODS)), (name, model.label)
                 continue
             assert experiment.kernel_rule == BEFORE_SEPARABLE, name
             plain = dataclasses.replace(model, flags=tuple(f for f in model.flags if "{" not in f), start="")
@@ -906,3 +910,23 @@ def experiment_runner_flags(declared, model):
 
     context = jobs.Context("test", declared, declared.train_length, declared.seeds, 100, "out", "checkpoints")
     return list(jobs.build(context, model, 1).flags)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["comparison", "retrieval-2025"])
+def test_the_runner_imports_neither_torch_nor_fairseq(name, tmp_path):
+    """The runner is a process per invocation and per parallel part; the trainers and scorers it starts
+    import torch and fairseq (about 3 s of CPU each here), it needs neither: the committed tables rebuilt, of
+    an experiment naming a kernel rule (its plugin models told from the stock twins by name) and of one
+    drawing retrieval's figures (each ALiBi head's reach)."""
+    import shutil
+
+    out = tmp_path / name
+    shutil.copytree(os.path.join(REPO, "examples", "wikitext2", "results", name), out)
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['scripts/experiment.py', {name!r}, '--tables', '--out', {str(out)!r}]\n"
+            "try:\n    runpy.run_path('scripts/experiment.py', run_name='__main__')\nexcept SystemExit as e:\n"
+            "    assert not e.code, e.code\n"
+            "print('imported:', sorted(m for m in ('torch', 'fairseq') if m in sys.modules))\n")
+    printed = run([sys.executable, "-c", code])
+    assert "| ALiBi" in printed and printed.strip().splitlines()[-1] == "imported: []", printed[-2000:]

@@ -28,7 +28,7 @@ def distance_figure(models, floor, out, metric, suffix, train_length, family):
     question in tokens (by_distance's bins, the mean over the seeds), one row of panels per task and one panel per
     family of models (family: name -> its panel), the floor from the prompts dashed, each ALiBi head's reach 1/m_h dotted and
     the training length L solid."""
-    from fairseq_alibi.alibi_bias import alibi_slopes
+    from fairseq_alibi.slopes import alibi_slopes
     from fairseq_alibi.tools.files import written_whole
     from fairseq_alibi_lab.results import pyplot
 
@@ -74,7 +74,7 @@ def distance_figure(models, floor, out, metric, suffix, train_length, family):
 def context_figure(context, out, train_length, family):
     """OUT/perplexity_by_context.png: by_context's perplexity against the tokens of context (mean over
     seeds), one panel per family of models, ALiBi's head reaches dotted, L solid."""
-    from fairseq_alibi.alibi_bias import alibi_slopes
+    from fairseq_alibi.slopes import alibi_slopes
     from fairseq_alibi.tools.files import written_whole
     from fairseq_alibi_lab.results import pyplot
 
