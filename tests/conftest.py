@@ -135,14 +135,20 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def wt2_slice(tmp_path_factory):
-    """The first lines of each WikiText-2 split, binarized (about 160k training tokens; 11.6k
+    """The first lines of each WikiText-2 split, binarized (about 160k training tokens; 5.4k
     validation tokens: each toy scoring computes fairseq's full-vocabulary log-probabilities at every
     position of every window, the most of its time)."""
     return str(built_once(tmp_path_factory, "wt2", binarize_slice) / "bin")
 
 
+def slice_tokens(binarized, split="valid"):
+    """The tokens of a split of the slice as fairseq counts them: each line's words and its end of line."""
+    with open(os.path.join(os.path.dirname(binarized), f"{split}.tokens"), encoding="utf-8") as f:
+        return sum(len(line.split()) + 1 for line in f)
+
+
 def binarize_slice(root):
-    for split, lines in [("train", 3000), ("valid", 200), ("test", 400)]:
+    for split, lines in [("train", 3000), ("valid", 100), ("test", 400)]:
         with open(os.path.join(find_wikitext2(), f"wiki.{split}.tokens")) as f:
             head = [next(f) for _ in range(lines)]
         (root / f"{split}.tokens").write_text("".join(head))
