@@ -3,7 +3,9 @@
     python3 -m fairseq_alibi_lab.measure RESOURCES.jsonl -- COMMAND [ARGS...]   (or scripts/measure.py)
 
 Peak memory is the largest resident set of the command and the processes it waited for (Linux
-ru_maxrss via wait4). The command's output passes through; the exit status is the command's.
+ru_maxrss via wait4), cpu_s their CPU seconds (user and system): a call that only waited for another
+process's training of the run (a parallel part's, WAIT_FOR_RUN) lasts as long as that training but computes
+next to nothing. The command's output passes through; the exit status is the command's.
 SIGTERM and SIGINT are passed on to the command, so that stopping this stops it too.
 """
 import json
@@ -32,7 +34,7 @@ def main(argv=None):
     with open(out, "a") as f:
         shown = ["python" if c == sys.executable else c for c in command]  # no machine's paths
         f.write(json.dumps({"command": shown, "exit": code, "seconds": round(seconds, 1),
-                            "peak_mib": round(usage.ru_maxrss / 1024, 1)}) + "\n")
+                            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "peak_mib": round(usage.ru_maxrss / 1024, 1)}) + "\n")
     sys.exit(code if code >= 0 else 128 - code)
 
 

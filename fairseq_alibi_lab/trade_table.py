@@ -7,8 +7,8 @@ model.
 
 Perplexities from RESULTS.jsonl (scripts/eval.sh's rows, nonoverlapping); each model's training
 wall-clock and peak memory from resources.jsonl beside its checkpoint (scripts/measure.py, one
-line per call of scripts/train.sh: the longest is the training; a call that found the run finished
-adds a short line, which is ignored; a resumed run is marked). Runs of several training seeds show
+line per call of scripts/train.sh: the longest that trained is the training; a call that found the run
+finished, or waited for another process to finish it, is ignored; a resumed run is marked). Runs of several training seeds show
 as mean ± sample std (n); their ratios are ratios of the means. Then every sinusoidal model at its own
 length in one grid, by training length and tokens per update (--max-tokens x --update-freq, from
 train_flags.json beside its checkpoint): a row holds the tokens and compute fixed, so it tells the
@@ -33,6 +33,13 @@ RECORD = "training-resources.csv"
 COLUMNS = ("run", "seconds", "peak_mib", "exit", "calls", "resumed", "tokens_per_update")
 
 
+def trained(call):
+    """Whether a measured call trained: it computed for longer than a start-up (its CPU seconds; a line written
+    before measure.py recorded them, its wall time). A call that waited for another process's training of the run
+    lasts as long but did not; a killed call that trained did (its run resumed)."""
+    return call.get("cpu_s", call["seconds"]) > RESUMED_IF_LONGER
+
+
 def measured(checkpoint):
     """What the files beside checkpoint say of its training: its cost (resources.jsonl, the longest
     call) and its tokens per update (RUN_FLAGS); {} where they are gone."""
@@ -41,9 +48,9 @@ def measured(checkpoint):
     if os.path.exists(path):
         everything = list(read_json_lines(path, ("exit", "seconds", "peak_mib"), "scripts/measure.py"))
         calls = [c for c in everything if c["exit"] == 0] or everything
-        longest = max(calls, key=lambda c: c["seconds"])
+        longest = max([c for c in calls if trained(c)] or calls, key=lambda c: c["seconds"])
         record.update(seconds=round(longest["seconds"], 1), peak_mib=round(longest["peak_mib"], 1), exit=longest["exit"],
-                      calls=len(everything), resumed=int(sum(c["seconds"] > RESUMED_IF_LONGER for c in calls) > 1))
+                      calls=len(everything), resumed=int(sum(map(trained, everything)) > 1))
     path = os.path.join(os.path.dirname(checkpoint), RUN_FLAGS)
     if os.path.exists(path):
         with open(path) as f:
