@@ -8,7 +8,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from fairseq_alibi.slopes import alibi_slopes  # noqa: F401 (the paper's slopes, here since the start)
+from fairseq_alibi.slopes import alibi_slopes  # noqa: F401 (where its importers have always found it)
 
 # Inference-time slope scaling (no retraining); see scale_slopes.
 SCALINGS = ("none", "linear", "ntk", "dynamic_ntk")

@@ -42,7 +42,7 @@ def trained(call):
 
 def measured(checkpoint):
     """What the files beside checkpoint say of its training: its cost (resources.jsonl, the longest
-    call) and its tokens per update (RUN_FLAGS); {} where they are gone."""
+    call that trained) and its tokens per update (RUN_FLAGS); {} where they are gone."""
     record = {}
     path = os.path.join(os.path.dirname(checkpoint), "resources.jsonl")
     if os.path.exists(path):

@@ -40,4 +40,5 @@ def test_the_training_is_the_longest_call_that_computed_not_one_that_waited_for_
     old.mkdir()
     (old / "resources.jsonl").write_text("".join(json.dumps({"exit": 0, "seconds": s, "peak_mib": m}) + "\n"
                                                  for s, m in ((2002.2, 810.8), (2002.5, 232.3))))
-    assert (measured(str(old / "checkpoint_last.pt"))["peak_mib"], measured(str(old / "checkpoint_last.pt"))["resumed"]) == (232.3, 1)
+    legacy = measured(str(old / "checkpoint_last.pt"))
+    assert (legacy["peak_mib"], legacy["resumed"]) == (232.3, 1)
