@@ -274,15 +274,16 @@ class Line:
     primary: bool
 
 
-def lines(found, claim):
-    """The claim's lines, one per scoring (Holm's column and the verdict are filled by render)."""
+def lines(found, claim, seeds=SEEDS):
+    """The claim's lines, one per scoring (Holm's column and the verdict are filled by render); seeds: the
+    included seeds a side a test waits for."""
     out = []
     for scoring in claim.strides:
         sides = [(found.found.get(key, {}), name) for key, name in (found.locate(cell, scoring) for cell in (claim.a, claim.b))]
         shown = [f"{name}: {results.cell(list(values.values()), len(values))} (n={len(values)})" if values
                  else f"{name}: no rows yet" for values, name in sides]
         arms = found.seeds if found.paired(claim.a[0], claim.b[0]) else None
-        comparison = compare(sides[0][0], sides[1][0], arms)
+        comparison = compare(sides[0][0], sides[1][0], arms, seeds)
         primary = claim.primary and not claim.post_hoc(scoring)
         family = "primary" if primary else ("exploratory (post hoc)" if claim.post_hoc(scoring) else "exploratory")
         out.append(Line([claim.text, declaration(claim, scoring), family, scoring_name(claim, scoring), *shown,
@@ -294,10 +295,12 @@ HEADER = ["| claim | declared | family | scoring | A | B | the seeds' spread (de
           "|---|---|---|---|---|---|---|---|---|---|"]
 
 
-def render(found, claims):
+def render(found, claims, seeds=SEEDS):
     """The claims' table: one line per claim and scoring, Holm's adjustment over the primary lines with a
-    test, the verdicts by it; then what was tested and how the verdicts were decided."""
-    made = [line for claim in claims for line in lines(found, claim)]
+    test, the verdicts by it; then what was tested and how the verdicts were decided. seeds: the included
+    seeds a side every test waits for (an experiment that declares more than the rule's 3, as an inclusion
+    rule's `wanted`, is not tested on its first 3: that would be a look before its data are in)."""
+    made = [line for claim in claims for line in lines(found, claim, seeds)]
     # A primary line still waiting for rows (a cell without any, or fewer seeds than the rule) leaves the family
     # incomplete: Holm's adjustment over the lines that have a test would be over a smaller family than
     # declared, so no primary verdict is given yet.

@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import os
 
-from fairseq_alibi_lab.claims import Claim, RELATION_WORDS, audit, read_perplexities, render
+from fairseq_alibi_lab.claims import SEEDS, Claim, RELATION_WORDS, audit, read_perplexities, render
 from fairseq_alibi_lab.claims import __doc__ as DESCRIPTION
 from fairseq_alibi_lab.experiments import EXPERIMENTS
 from fairseq_alibi_lab.experiments.base import paired_by_seed
@@ -124,7 +124,7 @@ def main():
         report, wrong = audit(found, claims, found.read, retired=retired)
         print(report, end="")
         raise SystemExit(1 if wrong else 0)
-    text = render(found, claims)
+    text = render(found, claims, experiment.inclusion.wanted if experiment.inclusion else SEEDS)
     if args.out:
         with written_whole(args.out) as partial, open(partial, "w") as f:
             f.write(text)

@@ -288,13 +288,13 @@ def test_the_headline_table_counts_the_included_seeds_needles_past_the_field_and
     (out / ROWS).write_text("".join(json.dumps(r) + "\n" for r in scored))
     (out / FLOOR_ROWS).write_text("".join(json.dumps(r) + "\n" for r in toy_floors(scored)))
     rows = [{"label": label, "model": "alibi_transformer_lm_small", "checkpoint": c, "l_valid": lv, "stride": 0,
-             "split": "valid", "scaling": scaling, "perplexity": p, "updates": 5600}
+             "split": "valid", "scaling": scaling, "perplexity": p, "updates": 5600, "seed": int(c[1])}
             for label, c, lv, scaling, p in (("ALiBi", "a1", 64, "none", 160.0), ("ALiBi", "a2", 64, "none", 170.0),
                                              ("ALiBi", "a1", 2048, "ntk", 150.0), ("ALiBi", "a2", 2048, "ntk", 152.0),
                                              (CURRICULUM, "c1", 64, "none", 165.0), (CURRICULUM, "c2", 64, "none", 167.0))]
     rows += [{"model": "unigram", "l_valid": lv, "stride": 0, "perplexity": 1244.36} for lv in (64, 2048)]
     text = summary(rows, str(out), ARMS, {CURRICULUM: ("ALiBi", 0.75)}, 5600,
-                   {"ALiBi": [1000.0, 1200.0], CURRICULUM: [300.0, 320.0]})
+                   {"ALiBi": {"a1": 1000.0, "a2": 1200.0}, CURRICULUM: {"c1": 300.0, "c2": 320.0}})
     lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert lines["ALiBi"] == "| ALiBi | 11.5M | 1100 ± 141 | 165.00 ± 7.07 | - | 50.0 ± 14.1 | 50.0 ± 14.1 | 50.0 ± 14.1 | 50.0 ± 14.1 |"
     assert lines[CURRICULUM].startswith(f"| {CURRICULUM} | 11.5M | 1135 ± 14 | 166.00 ± 1.41 | - | 80.0 ± 14.1 |")
@@ -302,6 +302,17 @@ def test_the_headline_table_counts_the_included_seeds_needles_past_the_field_and
     assert lines["floor of the prompts (perplexity: the unigram's)"] == \
         "| floor of the prompts (perplexity: the unigram's) | | | 1244.36 | 1244.36 | 1.0 | 1.0 | 1.0 | 1.0 |"
     assert (out / "summary.md").read_text() == text
+    # each seed's values, which the means are made of: a test-time arm's with its training's seed and seconds
+    each = (out / "by_seed.md").read_text()
+    assert "| ALiBi | 1 | 1000 | 160.00 | - | 40.0 | 40.0 | 40.0 | 40.0 |" in each
+    assert "| ALiBi | 2 | 1200 | 170.00 | - | 60.0 | 60.0 | 60.0 | 60.0 |" in each
+    assert "| ALiBi + NTK | 1 | 1000 | - | 150.00 |" in each and "| ALiBi + NTK | 2 | 1200 | - | 152.00 |" in each
+    assert f"| {CURRICULUM} | 2 | 320 | 167.00 | - | 70.0 |" in each  # its own seconds; summary.md adds the first stage's
+    assert "Excluded" not in each
+    (out / "excluded.jsonl").write_text(json.dumps({"label": "NoPE", "seed": 3, "checkpoint": "n3", "value": 0.1,
+                                                    "rule": "the passkey's first word at L"}) + "\n")
+    summary(rows, str(out), ARMS, {CURRICULUM: ("ALiBi", 0.75)}, 5600, {})
+    assert (out / "by_seed.md").read_text().endswith("| model | seed | value at L |\n|---|---|---|\n| NoPE | 3 | 10.0% |\n")
 
 
 def test_the_streams_table_shows_the_rules_two_arms_once_every_trained_arm_has_its_seeds(tmp_path):
@@ -329,7 +340,7 @@ def test_the_streams_table_shows_the_rules_two_arms_once_every_trained_arm_has_i
                 scored.append(dict(scored[-1], length=64, first_accuracy=1.0))
             rows.append({"label": label, "model": "alibi_transformer_lm_small", "checkpoint": checkpoint, "l_valid": cache,
                          "stride": 0, "split": "valid", "scaling": "none", "perplexity": 100.0 + seed, "updates": 5600})
-            streamed += [{"label": label, "checkpoint": checkpoint, "split": split, "sinks": sinks, "cache": cache,
+            streamed += [{"label": label, "checkpoint": checkpoint, "seed": seed, "split": split, "sinks": sinks, "cache": cache,
                           "perplexity": 90.0 + seed + sinks} for split in ("valid", "test") for sinks in (0, 1, 4)]
     (out / ROWS).write_text("".join(json.dumps(r) + "\n" for r in scored))
     (out / FLOOR_ROWS).write_text("".join(json.dumps(r) + "\n" for r in toy_floors(scored)))
@@ -341,6 +352,9 @@ def test_the_streams_table_shows_the_rules_two_arms_once_every_trained_arm_has_i
     assert "| B | 64 | 101.50 ± 0.71 | 91.50 ± 0.71 | 92.50 ± 0.71 | 95.50 ± 0.71 | 91.50 ± 0.71 |" in chosen
     assert "| C | 256 |" in chosen and "| A |" not in chosen
     assert "| A | 64 | 101.50 ± 0.71 |" in beyond
+    each = beyond.split("Each seed:")[1]
+    assert "| A | 1 | 64 | 101.00 | 91.00 | 92.00 | 95.00 | 91.00 | 92.00 | 95.00 |" in each
+    assert each.index("| A | 2 |") < each.index("| B | 1 |") < each.index("| C | 2 |")  # the declared order, then seeds
     assert (out / "streaming.md").read_text() == text
 
 

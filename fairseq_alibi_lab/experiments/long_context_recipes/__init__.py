@@ -10,7 +10,7 @@ fairseq model itself, which takes every arm's temperature) at L..128L.
 
 Declared before any training (git history shows it): the arms, the primary family (CLAIMS: six claims,
 Holm-corrected over the family), and the inclusion rule (INCLUSION). Its own code: summary.py (the
-headline table).
+headline table and each seed's), streams.py (the streaming rule).
 
 Streaming (descriptive, no claim; the rule written before any arm had its seeds): once every arm has its 5
 included seeds, the two trained arms with the highest mean passkey first word past the field at 32L are
@@ -94,9 +94,9 @@ TRAINED = tuple(model.label for model in MODELS)
 
 
 def report(rows, out):
-    """The headline table (summary.md), retrieval's tables, the streams (streaming.md) and each training's
+    """The headline table (summary.md) and each seed's (by_seed.md), retrieval's tables, the streams (streaming.md) and each training's
     wall time (a second stage's own there; the headline adds its first stage's share of the run at L's)."""
-    seconds = {label: [s for s, _, _ in runs.values()] for label, runs in training_seconds(rows, out).items()}
+    seconds = {label: {c: s for c, (s, _, _) in runs.items()} for label, runs in training_seconds(rows, out).items()}
     stages = {CURRICULUM: ("ALiBi", SHARE), YARN_FINETUNE: ("Rotary", SHARE)}
     return "\n".join(filter(None, (summary(rows, out, ARMS, stages, UPDATES, seconds), retrieval_report.report(rows, out),
                                     streams.report(rows, out, TRAINED, INCLUSION.wanted), wall_time(rows, out))))

@@ -47,7 +47,7 @@ def chosen(found, trained, wanted):
 def report(rows, out, trained, wanted):
     """OUT/streaming.md, or None before any stream: each streamed arm's perplexity streamed with 0, 1 and 4
     sinks on each split, beside its blocks of the cache's length, mean ± std over the included seeds, the
-    rule's two arms first. trained: the trained arms' labels in the declared order."""
+    rule's two arms first, then each seed's values. trained: the trained arms' labels in the declared order."""
     from fairseq_alibi.tools.files import written_whole
     from fairseq_alibi_lab.result_rows import read_rows
     from fairseq_alibi_lab.results import method_name, per_run
@@ -89,6 +89,16 @@ def report(rows, out, trained, wanted):
     if others:
         lines += ["", "Streamed beyond the rule (every included seed is streamed once scored: exploratory):", "",
                   *table, *(line(arm) for arm in others)]
+    # each seed's values, which the means above are made of
+    by_checkpoint = {(r["checkpoint"], r["split"], r["sinks"]): r["perplexity"] for r in streamed}
+    blocks_of = {r["checkpoint"]: r["perplexity"] for r in rows if r.get("checkpoint") and r.get("stride") == 0
+                 and r.get("split") == "valid" and r.get("scaling", "none") == "none" and r["l_valid"] == cache.get(r["label"])}
+    seeds = sorted({(arms.index(r["label"]), r.get("seed") or 0, r["checkpoint"], r["label"]) for r in streamed})
+    cell = lambda value: "-" if value is None else f"{value:.2f}"  # noqa: E731
+    lines += ["", "Each seed:", "", "| arm | seed | " + " | ".join(head[1:]) + " |", "|---" * (len(head) + 1) + "|",
+              *("| " + " | ".join([label, str(seed), str(cache[label]), cell(blocks_of.get(checkpoint)),
+                                   *(cell(by_checkpoint.get((checkpoint, split, s))) for split in splits for s in streaming.SINKS)]) + " |"
+                for _, seed, checkpoint, label in seeds)]
     text = ("# Streaming through a sink cache of the arm's last training length (perplexity, mean ± std over the "
             "included seeds; descriptive, no claim)\n\n" + "\n".join(lines) + "\n")
     with written_whole(os.path.join(out, "streaming.md")) as partial, open(partial, "w") as f:
