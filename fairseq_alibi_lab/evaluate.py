@@ -35,7 +35,7 @@ import types
 
 here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fairseq_alibi.tools import checkpoints, dictionaries, files, provenance  # noqa: E402  (results rows, stride rules; no fairseq)
-from fairseq_alibi_lab import result_rows  # noqa: E402
+from fairseq_alibi_lab import recipes, result_rows  # noqa: E402
 from fairseq_alibi_lab.processes import duration  # noqa: E402
 from fairseq_alibi.kernels import AUTO_RULES  # noqa: E402  (pure torch)
 from fairseq_alibi.length_temperature import TEST_TIME  # noqa: E402  (pure torch)
@@ -383,7 +383,7 @@ def evaluate(planned, data, split, extra, fields):
                         data, "--user-dir", os.path.join(here, "fairseq_alibi"), "--path", checkpoint,
                         "--gen-subset", split, "--tokens-per-sample", str(l_valid), "--context-window", str(context),
                         "--max-tokens", str(batch_tokens(l_valid, context)), "--model-overrides", overrides,
-                        "--softmax-batch", str(SOFTMAX_BATCH), "--num-workers", "0", "--no-progress-bar", *extra])
+                        "--softmax-batch", str(SOFTMAX_BATCH), *recipes.IN_THE_MAIN_THREAD, "--no-progress-bar", *extra])
                 except SystemExit:
                     sys.exit(f"error: fairseq-eval-lm {log.getvalue().strip().splitlines()[-1].split(': error: ')[-1]}")
             start = time.perf_counter()

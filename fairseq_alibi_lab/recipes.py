@@ -6,6 +6,12 @@ checkpoint); no fairseq.
 
 from fairseq_alibi.tools.checkpoints import checkpoint_summary  # the library's checkpoint reader (torch on use)
 
+# Batches made in the main thread: no DataLoader workers, and no fairseq prefetching thread (its BufferedIterator,
+# --data-buffer-size): that daemon thread, collating the next batch with torch while the finished run exits,
+# aborts the process ("terminate called without an active exception", pytorch/pytorch#38228) after its
+# checkpoint was saved, so a run reads as failed. The same batches in the same order.
+IN_THE_MAIN_THREAD = ("--num-workers", "0", "--data-buffer-size", "0")
+
 # CPU scale on WikiText-2, tuned for the most model in minutes on 2 cores
 # (examples/wikitext2/results/PROVENANCE.md): Adam, lr 0.003 after 100 warmup updates, decaying
 # linearly to 0 at the last update (scripts/train.sh sets --total-num-update = --max-update),
@@ -13,7 +19,7 @@ from fairseq_alibi.tools.checkpoints import checkpoint_summary  # the library's 
 SMALL = ("--max-update", "1400", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "0.003",
          "--lr-scheduler", "polynomial_decay", "--warmup-updates", "100", "--dropout", "0.0",
          "--clip-norm", "0.1", "--max-tokens", "2048", "--seed", "1", "--required-batch-size-multiple", "1",
-         "--num-workers", "0", "--save-interval-updates", "100")
+         *IN_THE_MAIN_THREAD, "--save-interval-updates", "100")
 
 # The small recipe for the presets of one output matrix (bloom_small, gpt2_small): no adaptive
 # softmax, so plain cross entropy (after scripts/train.sh's adaptive_loss: the last wins).
@@ -46,7 +52,7 @@ def masked_lm(length, updates=3000):
             "--lr", "0.001", "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(updates // 10),
             "--total-num-update", str(updates), "--max-update", str(updates), "--clip-norm", "1.0",
             "--max-tokens", "2048", "--weight-decay", "0.01", "--seed", "1", "--required-batch-size-multiple", "1",
-            "--num-workers", "0", "--save-interval-updates", "100", "--keep-interval-updates", "1",
+            *IN_THE_MAIN_THREAD, "--save-interval-updates", "100", "--keep-interval-updates", "1",
             "--no-epoch-checkpoints", "--skip-invalid-size-inputs-valid-test")
 
 
@@ -62,7 +68,7 @@ def synthetic(updates=2400):
             "--encoder-normalize-before", "--decoder-normalize-before", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
             "--lr", "0.002", "--lr-scheduler", "polynomial_decay", "--warmup-updates", "100",
             "--total-num-update", str(updates), "--max-update", str(updates), "--clip-norm", "1.0", "--max-tokens", "4096",
-            "--dropout", "0.0", "--criterion", "cross_entropy", "--seed", "1", "--num-workers", "0",
+            "--dropout", "0.0", "--criterion", "cross_entropy", "--seed", "1", *IN_THE_MAIN_THREAD,
             "--required-batch-size-multiple", "1", "--no-epoch-checkpoints", "--save-interval-updates", "200",
             "--keep-interval-updates", "1", "--share-all-embeddings", "--max-source-positions", "1024",
             "--max-target-positions", "1024")
@@ -107,7 +113,7 @@ class RunConflict(ValueError):
 # resuming into a model that is neither, or of being called "already trained".
 RUN_FLAGS = "train_flags.json"
 # Flags that say where a run writes or how it is run, not what it learns: a rerun may change them.
-BOOKKEEPING = {"--save-dir", "--tensorboard-logdir", "--user-dir", "--num-workers", "--log-interval",
+BOOKKEEPING = {"--save-dir", "--tensorboard-logdir", "--user-dir", "--num-workers", "--data-buffer-size", "--log-interval",
                "--log-format", "--log-file", "--no-progress-bar", "--save-interval-updates", "--keep-interval-updates", "--no-epoch-checkpoints",
                "--cpu", "--distributed-world-size", "--distributed-port", "--distributed-rank",
                "--validate-interval-updates", "--disable-validation"}
