@@ -40,6 +40,18 @@ def trained(call):
     return call.get("cpu_s", call["seconds"]) > RESUMED_IF_LONGER
 
 
+def resumed_in_log(folder):
+    """Whether the run's train.log (train_once's: every call's fairseq output, appended) shows a call loading the
+    run's own last checkpoint: a call killed before measure.py wrote its line (a session's end) trained the
+    part before, so the run was resumed even where resources.jsonl holds one call."""
+    own = f"{os.path.basename(os.path.normpath(folder))}/checkpoint_last.pt (epoch"
+    try:
+        with open(os.path.join(folder, "train.log"), errors="replace") as f:
+            return any("Loaded checkpoint" in line and own in line for line in f)
+    except OSError:
+        return False
+
+
 def measured(checkpoint):
     """What the files beside checkpoint say of its training: its cost (resources.jsonl, the longest
     call that trained) and its tokens per update (RUN_FLAGS); {} where they are gone."""
@@ -50,7 +62,8 @@ def measured(checkpoint):
         calls = [c for c in everything if c["exit"] == 0] or everything
         longest = max([c for c in calls if trained(c)] or calls, key=lambda c: c["seconds"])
         record.update(seconds=round(longest["seconds"], 1), peak_mib=round(longest["peak_mib"], 1), exit=longest["exit"],
-                      calls=len(everything), resumed=int(sum(map(trained, everything)) > 1))
+                      calls=len(everything),
+                      resumed=int(sum(map(trained, everything)) > 1 or resumed_in_log(os.path.dirname(checkpoint))))
     path = os.path.join(os.path.dirname(checkpoint), RUN_FLAGS)
     if os.path.exists(path):
         with open(path) as f:

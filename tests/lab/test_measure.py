@@ -42,3 +42,19 @@ def test_the_training_is_the_longest_call_that_computed_not_one_that_waited_for_
                                                  for s, m in ((2002.2, 810.8), (2002.5, 232.3))))
     legacy = measured(str(old / "checkpoint_last.pt"))
     assert (legacy["peak_mib"], legacy["resumed"]) == (232.3, 1)
+
+
+def test_a_run_whose_log_shows_it_loading_its_own_last_checkpoint_was_resumed(tmp_path):
+    """A call killed with the session writes no line (rotary seed 4 of long-context-recipes: 4,500 updates, then
+    one measured call of the last 1,100): fairseq's log beside the checkpoint says the run was resumed. A
+    continuation that loaded another run's checkpoint (the curriculum's first stage) was not."""
+    one = lines(tmp_path / "rotary-L64-s4", [(0, 636.1, 620.0, 794.6)])
+    assert measured(one)["resumed"] == 0
+    log = tmp_path / "rotary-L64-s4" / "train.log"
+    log.write_text("| INFO | fairseq.trainer | No existing checkpoint found checkpoints/x/rotary-L64-s4/checkpoint_last.pt\n"
+                   "| INFO | fairseq.trainer | Loaded checkpoint checkpoints/x/rotary-L64-s4/checkpoint_last.pt (epoch 3 @ 4500 updates)\n")
+    assert measured(one)["resumed"] == 1
+    continued = lines(tmp_path / "yarn-L256-s4", [(0, 1017.5, 1000.0, 810.8)])
+    (tmp_path / "yarn-L256-s4" / "train.log").write_text(
+        "| INFO | fairseq.trainer | Loaded checkpoint checkpoints/x/rotary-L64-s4/checkpoint_3_4200.pt (epoch 3 @ 4200 updates)\n")
+    assert measured(continued)["resumed"] == 0
