@@ -60,9 +60,9 @@ def report(rows, out, trained, wanted):
         return None
     streams = per_run(streamed, lambda r: (r["label"], r["split"], r["sinks"]))
     cache = {r["label"]: r["cache"] for r in streamed}
-    blocks = per_run([r for r in rows if r.get("checkpoint") and r.get("stride") == 0 and r.get("split") == "valid"
-                      and r.get("scaling", "none") == "none" and r["l_valid"] == cache.get(r["label"])],
-                     lambda r: method_name(r))
+    in_blocks = [r for r in rows if r.get("checkpoint") and r.get("stride") == 0 and r.get("split") == "valid"
+                 and r.get("scaling", "none") == "none" and r["l_valid"] == cache.get(r["label"])]
+    blocks = per_run(in_blocks, lambda r: method_name(r))
     found = passkey_past_the_field(rows, out)
     rule, short = chosen(found, trained, wanted)
     splits = [s for s in streaming.SPLITS if any(r["split"] == s for r in streamed)]
@@ -91,8 +91,7 @@ def report(rows, out, trained, wanted):
                   *table, *(line(arm) for arm in others)]
     # each seed's values, which the means above are made of
     by_checkpoint = {(r["checkpoint"], r["split"], r["sinks"]): r["perplexity"] for r in streamed}
-    blocks_of = {r["checkpoint"]: r["perplexity"] for r in rows if r.get("checkpoint") and r.get("stride") == 0
-                 and r.get("split") == "valid" and r.get("scaling", "none") == "none" and r["l_valid"] == cache.get(r["label"])}
+    blocks_of = {r["checkpoint"]: r["perplexity"] for r in in_blocks}
     seeds = sorted({(arms.index(r["label"]), r.get("seed") or 0, r["checkpoint"], r["label"]) for r in streamed})
     cell = lambda value: "-" if value is None else f"{value:.2f}"  # noqa: E731
     lines += ["", "Each seed:", "", "| arm | seed | " + " | ".join(head[1:]) + " |", "|---" * (len(head) + 1) + "|",
