@@ -335,22 +335,12 @@ def test_bad_input_is_one_line_and_writes_nothing(toy_checkpoint, tmp_path):
     assert sorted(os.listdir(tmp_path)) == sorted(["full", "masked.pt", "other", "notes.pt"])
 
 
-def test_a_model_with_a_sink_logit_streams_through_a_sink_cache_as_its_full_forward(exported):
-    """The stream path takes the options too: with nothing evicted (a cache longer than the text) the streamed
-    log-probabilities are the full forward's, chunk by chunk."""
-    _, dictionary, hf, _ = exported("alibi_gate_sink")
-    tokens = random_tokens(len(dictionary), 1, 30, seed=3)
-    with torch.no_grad():
-        cache, streamed, start = hf.sink_cache(2, 40), [], 0
-        for size in (7, 1, 22):
-            streamed.append(hf(tokens[:, start:start + size], cache=cache).logits.log_softmax(-1))
-            start += size
-        torch.testing.assert_close(torch.cat(streamed, dim=1), hf(tokens).logits.log_softmax(-1), rtol=1e-5, atol=2e-5)
-
-
-def test_a_learned_temperature_streams_through_a_sink_cache_as_its_full_forward(exported):
-    """With nothing evicted the stream's n (a query's slot + 1) is the full forward's (its position + 1)."""
-    _, dictionary, hf, _ = exported("alibi_ssmax_logit")
+@pytest.mark.parametrize("model", ["alibi_gate_sink", "alibi_ssmax_logit"])
+def test_the_attention_options_stream_through_a_sink_cache_as_the_full_forward(exported, model):
+    """The stream path takes the options too (a sink logit and gate; a learned temperature, whose n is a query's
+    slot + 1 in the stream and its position + 1 in the full forward): with nothing evicted (a cache longer than
+    the text) the streamed log-probabilities are the full forward's, chunk by chunk."""
+    _, dictionary, hf, _ = exported(model)
     tokens = random_tokens(len(dictionary), 1, 30, seed=3)
     with torch.no_grad():
         cache, streamed, start = hf.sink_cache(2, 40), [], 0
