@@ -179,6 +179,21 @@ def test_every_mean_and_std_the_docs_quote_is_in_a_committed_table():
     assert not stale, "quoted, but in no committed table: " + "; ".join(stale)
 
 
+def test_a_results_readme_opens_with_its_headline_table_as_generated():
+    """A results folder with a generated headline table (summary.md) shows it in its README's first 40 lines
+    verbatim: the copy a reader sees first is the table the command rebuilds, not one left from fewer seeds."""
+    import glob
+
+    headlines = glob.glob(os.path.join(REPO, "examples", "**", "summary.md"), recursive=True)
+    assert headlines
+    for path in headlines:
+        with open(path) as f:
+            table = f.read().strip()
+        with open(os.path.join(os.path.dirname(path), "README.md")) as f:
+            head = "\n".join(f.read().splitlines()[:40])
+        assert table in head, f"{os.path.relpath(path, REPO)} is not, as generated, in its README's first 40 lines"
+
+
 def test_every_claims_table_says_truly_when_its_claims_were_declared():
     """Each committed claims.md's "declared" column (Claim.declared, Claim.after_data) against git
     history: the commit that declared each claim, dated, against the earliest commit of the rows of
